@@ -1,0 +1,94 @@
+// Package bpf holds the XDP program that steers RoCE v2 frames to AF_XDP
+// sockets and leaves every other frame to the kernel.
+//
+// RoCE v2 (IBTA Vol. 1 Release 1.4, Annex A17 "RoCE v2") carries the
+// InfiniBand transport over UDP destination port 4791 on IPv4 or IPv6. The
+// program, written instruction by instruction with github.com/cilium/ebpf/asm
+// (no C, no clang, nothing generated), parses
+//
+//	Ethernet [802.1Q] | IPv4 (IHL 5, not a fragment) or IPv6 (next header UDP) | UDP dst 4791
+//
+// and returns bpf_redirect_map(xsks_map, rx_queue_index, XDP_PASS): the frame
+// goes to the AF_XDP socket registered for the receive queue it arrived on,
+// or, when that queue has no socket, up the kernel's stack as if the program
+// were not there (the fallback action in the flags argument needs Linux 5.3).
+// Everything else — ARP, TCP, other UDP, IPv4 with options, fragments,
+// truncated frames — gets XDP_PASS, so the host's own traffic is untouched.
+// Each packet access is bounds-checked against data_end, as the verifier
+// (kernel/bpf/verifier.c) requires.
+//
+// Two variants exist: the plain one, and one loaded with BPF_F_XDP_HAS_FRAGS
+// (Options.Frags) for multi-buffer XDP (Linux 5.18), which veth and most
+// drivers require before they accept an MTU above one page minus headroom
+// (about 3.5 KB on veth; attach fails with ERANGE otherwise). With frags the
+// program sees only the first buffer, which always holds the headers.
+//
+// A Program is attached through a bpf_link (BPF_LINK_CREATE, Linux 5.9), in
+// driver mode when the driver supports it and generic (SKB) mode otherwise,
+// so it is detached when the link is closed or the process exits.
+package bpf
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors for missing kernel features and privileges; errors.Is
+// finds them in the errors Load, Attach and SetSocket return. Tests turn them
+// into skips.
+var (
+	// ErrNoBPF: the kernel does not support BPF programs or maps here.
+	ErrNoBPF = errors.New("bpf not supported by this kernel (need CONFIG_BPF_SYSCALL)")
+	// ErrNoXDP: XDP programs, the XSKMAP or bpf_link XDP attachment are
+	// missing (need Linux ≥ 5.9 with CONFIG_XDP_SOCKETS).
+	ErrNoXDP = errors.New("xdp not supported by this kernel (need Linux >= 5.9 with CONFIG_XDP_SOCKETS)")
+	// ErrNoFrags: the kernel does not know BPF_F_XDP_HAS_FRAGS (Linux < 5.18).
+	ErrNoFrags = errors.New("multi-buffer xdp (frags) not supported by this kernel (need Linux >= 5.18)")
+	// ErrPermission: the caller lacks the capabilities.
+	ErrPermission = errors.New("need CAP_BPF and CAP_NET_ADMIN (run as root)")
+	// ErrAttached: Attach was called on a Program that is already attached.
+	ErrAttached = errors.New("program already attached")
+	// ErrClosed: the Program was closed.
+	ErrClosed = errors.New("program closed")
+)
+
+// Options configure Load. The zero value is the plain variant with 64 queues.
+type Options struct {
+	// Frags loads the multi-buffer variant (BPF_F_XDP_HAS_FRAGS), needed
+	// for MTUs above about 3.5 KB.
+	Frags bool
+	// MaxQueues is the number of XSKMAP entries, one per NIC receive queue;
+	// 0 means 64.
+	MaxQueues int
+}
+
+// DefaultMaxQueues is the XSKMAP size when Options.MaxQueues is 0.
+const DefaultMaxQueues = 64
+
+// AttachMode says how a Program is attached to its interface.
+type AttachMode int
+
+// Attach modes.
+const (
+	// ModeNone: not attached.
+	ModeNone AttachMode = iota
+	// ModeDriver: native XDP in the driver's receive path (XDP_FLAGS_DRV_MODE).
+	ModeDriver
+	// ModeGeneric: generic XDP on the SKB path (XDP_FLAGS_SKB_MODE), slower,
+	// for drivers without native XDP.
+	ModeGeneric
+)
+
+// String returns "driver", "generic" or "none".
+func (m AttachMode) String() string {
+	switch m {
+	case ModeNone:
+		return "none"
+	case ModeDriver:
+		return "driver"
+	case ModeGeneric:
+		return "generic"
+	default:
+		return fmt.Sprintf("AttachMode(%d)", int(m))
+	}
+}
