@@ -158,8 +158,17 @@ func (p *Program) Run(frame []byte) (uint32, error) {
 
 // Attach attaches the program to the interface with index ifindex through a
 // bpf_link, in driver mode if the driver supports native XDP and in generic
-// mode otherwise, and returns the mode it got.
+// mode otherwise, and returns the mode it got. The index is looked up in the
+// network namespace of the calling thread. Driver mode can fail where
+// generic succeeds for reasons worth knowing (an MTU too large for the plain
+// variant, ERANGE); use AttachWithMode(ifindex, ModeDriver) to see them.
 func (p *Program) Attach(ifindex int) (AttachMode, error) {
+	return p.AttachWithMode(ifindex, ModeNone)
+}
+
+// AttachWithMode is Attach with the mode forced: ModeDriver or ModeGeneric
+// try only that mode, ModeNone tries driver then generic.
+func (p *Program) AttachWithMode(ifindex int, mode AttachMode) (AttachMode, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -168,18 +177,36 @@ func (p *Program) Attach(ifindex int) (AttachMode, error) {
 	if p.link != nil {
 		return ModeNone, fmt.Errorf("attach xdp to ifindex %d: %w (ifindex %d)", ifindex, ErrAttached, p.ifindex)
 	}
-	l, derr := link.AttachXDP(link.XDPOptions{Program: p.prog, Interface: ifindex, Flags: link.XDPDriverMode})
-	if derr == nil {
-		p.link, p.mode, p.ifindex = l, ModeDriver, ifindex
-		return ModeDriver, nil
+	try := func(m AttachMode) error {
+		flags := link.XDPDriverMode
+		if m == ModeGeneric {
+			flags = link.XDPGenericMode
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: p.prog, Interface: ifindex, Flags: flags})
+		if err != nil {
+			return attachHint(err, p.opts.Frags)
+		}
+		p.link, p.mode, p.ifindex = l, m, ifindex
+		return nil
 	}
-	l, gerr := link.AttachXDP(link.XDPOptions{Program: p.prog, Interface: ifindex, Flags: link.XDPGenericMode})
-	if gerr == nil {
-		p.link, p.mode, p.ifindex = l, ModeGeneric, ifindex
-		return ModeGeneric, nil
+	switch mode {
+	case ModeDriver, ModeGeneric:
+		if err := try(mode); err != nil {
+			return ModeNone, fmt.Errorf("attach xdp to ifindex %d in %s mode: %w", ifindex, mode, err)
+		}
+		return mode, nil
+	case ModeNone:
+		derr := try(ModeDriver)
+		if derr == nil {
+			return ModeDriver, nil
+		}
+		gerr := try(ModeGeneric)
+		if gerr == nil {
+			return ModeGeneric, nil
+		}
+		return ModeNone, fmt.Errorf("attach xdp to ifindex %d: driver mode: %v; generic mode: %w", ifindex, derr, gerr)
 	}
-	return ModeNone, fmt.Errorf("attach xdp to ifindex %d: driver mode: %v; generic mode: %w",
-		ifindex, derr, attachHint(gerr, p.opts.Frags))
+	return ModeNone, fmt.Errorf("attach xdp to ifindex %d: unknown mode %s", ifindex, mode)
 }
 
 // attachHint says what to do about the usual attach failures.
