@@ -1,0 +1,90 @@
+package bth
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// readPcap returns the frames of a pcap file in testdata.
+func readPcap(t testing.TB, name string) [][]byte {
+	t.Helper()
+	fh, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	r, err := pcapgo.NewReader(fh)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var frames [][]byte
+	for {
+		data, ci, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return frames
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if ci.CaptureLength != ci.Length {
+			t.Fatalf("%s: frame %d truncated by capture (%d of %d)", name, len(frames), ci.CaptureLength, ci.Length)
+		}
+		frames = append(frames, data)
+	}
+}
+
+func pcapNames(t testing.TB) []string {
+	names, err := filepath.Glob("testdata/*.pcap")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no pcaps in testdata: %v", err)
+	}
+	for i := range names {
+		names[i] = filepath.Base(names[i])
+	}
+	return names
+}
+
+func TestCapturesQuick(t *testing.T) {
+	for _, name := range pcapNames(t) {
+		n, bad := 0, 0
+		for i, b := range readPcap(t, name) {
+			var f Frame
+			if err := f.Decode(b); err != nil {
+				t.Logf("%s #%d: %v", name, i+1, err)
+				continue
+			}
+			n++
+			if !f.VerifyICRC() {
+				bad++
+				t.Errorf("%s #%d: %v ICRC %#x, computed %#x", name, i+1, f.Opcode(), f.ICRC, f.ComputeICRC())
+			}
+		}
+		t.Logf("%s: %d roce frames, %d bad ICRC", name, n, bad)
+	}
+}
+
+func TestCapturesRebuildQuick(t *testing.T) {
+	buf := make([]byte, 10000)
+	for _, name := range pcapNames(t) {
+		for i, b := range readPcap(t, name) {
+			var f Frame
+			if err := f.Decode(b); err != nil {
+				t.Fatalf("%s #%d: %v", name, i+1, err)
+			}
+			var ff FrameFields
+			f.Fields(&ff)
+			n, err := Build(buf, &ff, f.Payload)
+			if err != nil {
+				t.Fatalf("%s #%d: %v", name, i+1, err)
+			}
+			if string(buf[:n]) != string(b[:f.Len()]) {
+				t.Errorf("%s #%d %v: rebuilt frame differs\n got %x\nwant %x", name, i+1, f.Opcode(), buf[:n], b)
+			}
+		}
+	}
+}
