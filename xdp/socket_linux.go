@@ -498,6 +498,8 @@ func (s *Socket) Release(bufs [][]byte) {
 			s.st.badRelease.Add(1)
 		}
 	}
+	// Hand receive chunks straight back to the kernel.
+	s.refill()
 }
 
 // release gives one buffer back and reports whether it was the caller's.
@@ -636,11 +638,14 @@ func (s *Socket) Transmit(bufs [][]byte) (int, error) {
 		} else {
 			limit = uint64(idx+1) << s.shift
 		}
-		nd := uint32(1)
-		if l > 0 {
-			nd = uint32((addr+l-1)>>s.shift-addr>>s.shift) + 1
+		nd := uint32((addr+l-1)>>s.shift-addr>>s.shift) + 1
+		if l == 0 {
+			s.release(b)
+			s.st.txDropped.Add(1)
+			err = fmt.Errorf("transmit: empty frame")
+			continue
 		}
-		if l == 0 || l > uint64(s.maxFrame) || addr+l > limit || (nd > 1 && !s.sg) {
+		if l > uint64(s.maxFrame) || addr+l > limit || (nd > 1 && !s.sg) {
 			s.release(b)
 			s.st.txTooLong.Add(1)
 			s.st.txDropped.Add(1)

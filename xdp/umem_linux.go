@@ -62,6 +62,9 @@ func newUMEM(chunks, frameSize, headroom int) (*umem, error) {
 		u.shift++
 	}
 	u.refs.Store(1)
+	if testHookUMEM != nil {
+		testHookUMEM(u)
+	}
 	return u, nil
 }
 
@@ -95,6 +98,9 @@ func (u *umem) unref() error {
 	u.mem = nil
 	return nil
 }
+
+// testHookUMEM, when set by tests, sees every UMEM made.
+var testHookUMEM func(*umem)
 
 // raiseMemlock lifts RLIMIT_MEMLOCK so that UMEM registration (and BPF maps on
 // older kernels) can pin memory. Failing to raise it is not an error by

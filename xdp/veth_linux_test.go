@@ -1,0 +1,605 @@
+//go:build linux
+
+package xdp
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/link"
+)
+
+// The tests in this file run real AF_XDP sockets on both ends of a veth pair
+// between two network namespaces (internal/netns), in copy mode, with package
+// bpf's program steering UDP port 4791 to the sockets. They need root and
+// skip, saying why, without it.
+
+const roceUDPPort = 4791
+
+// openT opens a Device on h's veth end inside h's namespace, or skips the
+// test when AF_XDP or the privileges are missing.
+func openT(t testing.TB, h *netns.Host, cfg Config) *Device {
+	t.Helper()
+	var d *Device
+	err := h.Do(func() error {
+		var err error
+		d, err = Open(h.Ifname, cfg)
+		return err
+	})
+	if errors.Is(err, ErrNotSupported) || errors.Is(err, ErrPermission) {
+		t.Skipf("cannot open AF_XDP here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Open(%s, %+v): %v", h.Ifname, cfg, err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return d
+}
+
+// pairT makes a namespace pair and opens a Device on each end.
+func pairT(t testing.TB, ncfg netns.Config, cfg Config) (*netns.Pair, *Device, *Device) {
+	t.Helper()
+	p := netns.NewT(t, ncfg)
+	return p, openT(t, p.A, cfg), openT(t, p.B, cfg)
+}
+
+// Frame layout of the RoCE-looking test frames: Ethernet | IPv4 (DF) |
+// UDP (dst 4791, checksum 0) | BTH (UD SEND ONLY) | DETH | payload | ICRC
+// slot. The payload starts with the sequence number and then a pattern
+// derived from it, so the receiver can rebuild the whole expected frame.
+const (
+	ethLen   = 14
+	ipLen    = 20
+	udpLen   = 8
+	hdrLen   = ethLen + ipLen + udpLen + 12 + 8
+	minFrame = hdrLen + 8 + 4
+)
+
+// buildFrame writes frame seq of the given size from src to dst into b and
+// returns b[:size].
+func buildFrame(b []byte, src, dst *netns.Host, dport uint16, seq uint32, size int) []byte {
+	b = b[:size]
+	copy(b[0:6], dst.MAC)
+	copy(b[6:12], src.MAC)
+	binary.BigEndian.PutUint16(b[12:], 0x0800)
+	ip := b[ethLen:]
+	ip[0], ip[1] = 0x45, 0
+	binary.BigEndian.PutUint16(ip[2:], uint16(size-ethLen))
+	binary.BigEndian.PutUint16(ip[4:], uint16(seq))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	ip[8], ip[9] = 64, 17
+	ip[10], ip[11] = 0, 0
+	s4, d4 := src.IP.As4(), dst.IP.As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip[:ipLen]))
+	udp := ip[ipLen:]
+	binary.BigEndian.PutUint16(udp[0:], 0xc000|uint16(seq&0x3fff))
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(size-ethLen-ipLen))
+	binary.BigEndian.PutUint16(udp[6:], 0)
+	bth := udp[udpLen:]
+	bth[0], bth[1] = 0x64, 0 // UD SEND ONLY
+	binary.BigEndian.PutUint16(bth[2:], 0xffff)
+	binary.BigEndian.PutUint32(bth[4:], 0x000011) // DestQP
+	binary.BigEndian.PutUint32(bth[8:], seq&0xffffff)
+	deth := bth[12:]
+	binary.BigEndian.PutUint32(deth[0:], 0x11111111)
+	binary.BigEndian.PutUint32(deth[4:], 0x000022)
+	pl := b[hdrLen:]
+	binary.BigEndian.PutUint32(pl, seq)
+	x := seq*2654435761 + 1
+	for i := 4; i < len(pl); i++ {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		pl[i] = byte(x)
+	}
+	return b
+}
+
+func ipChecksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// window bounds how many frames a test sender may have ahead of its
+// receiver: AF_XDP has no flow control, and a copy-mode sender on veth can
+// outrun a receiver sharing its CPU, which then drops for want of fill
+// buffers (rx_fill_ring_empty_descs), as a NIC would.
+const window = 128
+
+// exchange sends frames of the given sizes from tx to rx and checks that
+// they all arrive intact and in order, keeping at most window frames in
+// flight.
+func exchange(t testing.TB, tx, rx *Socket, src, dst *netns.Host, seq0 uint32, sizes []int) {
+	t.Helper()
+	var got atomic.Int64
+	errc := make(chan error, 1)
+	go func() { errc <- recvCheck(rx, src, dst, seq0, sizes, &got) }()
+	sendAll(t, tx, src, dst, roceUDPPort, seq0, sizes, &got)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendAll transmits one frame of each size in sizes (numbered from seq0),
+// retrying while the socket has no free buffers. With acked non-nil it
+// stays within window frames of it.
+func sendAll(t testing.TB, s *Socket, src, dst *netns.Host, dport uint16, seq0 uint32, sizes []int, acked *atomic.Int64) {
+	t.Helper()
+	bufs := make([][]byte, 32)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < len(sizes); {
+		if time.Now().After(deadline) {
+			t.Fatalf("sent %d of %d frames before the deadline", i, len(sizes))
+		}
+		want := min(len(bufs), len(sizes)-i)
+		if acked != nil {
+			want = min(want, window-(i-int(acked.Load())))
+		}
+		n := 0
+		if want > 0 {
+			n = s.Alloc(bufs[:want])
+		}
+		if n == 0 {
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		if len(bufs[0]) != s.Info().MaxFrame {
+			t.Fatalf("Alloc gave a %d-byte buffer, want MaxFrame %d", len(bufs[0]), s.Info().MaxFrame)
+		}
+		for j := range n {
+			bufs[j] = buildFrame(bufs[j], src, dst, dport, seq0+uint32(i+j), sizes[i+j])
+		}
+		sent, err := s.Transmit(bufs[:n])
+		if err != nil || sent != n {
+			t.Fatalf("Transmit(%d frames) = %d, %v", n, sent, err)
+		}
+		i += n
+	}
+}
+
+// recvCheck receives len(sizes) frames and checks every byte of each
+// against the frame the sender built, counting them in progress if not nil.
+func recvCheck(s *Socket, src, dst *netns.Host, seq0 uint32, sizes []int, progress *atomic.Int64) error {
+	bufs := make([][]byte, 64)
+	want := make([]byte, 16384)
+	got := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for got < len(sizes) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("received %d of %d frames before the deadline; stats %+v", got, len(sizes), s.Stats())
+		}
+		n, err := s.Receive(bufs, 100*time.Millisecond)
+		if err != nil {
+			return fmt.Errorf("Receive: %v", err)
+		}
+		for _, f := range bufs[:n] {
+			if len(f) < minFrame {
+				return fmt.Errorf("frame %d: %d bytes, too short", got, len(f))
+			}
+			seq := binary.BigEndian.Uint32(f[hdrLen:])
+			if seq != seq0+uint32(got) {
+				return fmt.Errorf("frame %d: sequence %d, want %d (lost or reordered); stats %+v", got, seq, seq0+uint32(got), s.Stats())
+			}
+			w := buildFrame(want, src, dst, roceUDPPort, seq, sizes[got])
+			if !bytes.Equal(f, w) {
+				return fmt.Errorf("frame %d (%d bytes, want %d): contents differ at byte %d", got, len(f), len(w), firstDiff(f, w))
+			}
+			got++
+		}
+		s.Release(bufs[:n])
+		if progress != nil {
+			progress.Store(int64(got))
+		}
+	}
+	return nil
+}
+
+// recvCheckT is recvCheck for the test goroutine.
+func recvCheckT(t testing.TB, s *Socket, src, dst *netns.Host, seq0 uint32, sizes []int) {
+	t.Helper()
+	if err := recvCheck(s, src, dst, seq0, sizes, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// sizesUpTo returns n frame sizes spread over [minFrame, max].
+func sizesUpTo(n, max int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = minFrame + (i*7919)%(max-minFrame+1)
+	}
+	s[0], s[n-1] = minFrame, max
+	return s
+}
+
+func TestVethBothWays(t *testing.T) {
+	for _, mtu := range []int{1500, 9000} {
+		t.Run(fmt.Sprint("mtu", mtu), func(t *testing.T) {
+			p, da, db := pairT(t, netns.Config{MTU: mtu}, Config{RingSize: 512})
+			a, b := da.Sockets()[0], db.Sockets()[0]
+			info := a.Info()
+			if info.Kind != "af_xdp" || info.Mode != ModeCopy || info.MTU != mtu || info.MaxFrame != mtu+ethOverhead ||
+				info.Index != p.A.Index || info.Name != p.A.Ifname || !bytes.Equal(info.MAC, p.A.MAC) {
+				t.Fatalf("Info() = %+v, want af_xdp copy mode on %s mtu %d", info, p.A.Ifname, mtu)
+			}
+			if m := da.AttachMode(); m != "driver" {
+				t.Errorf("AttachMode() = %q, want driver (veth has native XDP)", m)
+			}
+			// Frames up to the MTU (an IP packet of MTU bytes plus the
+			// Ethernet header); sent in both directions at once.
+			sizes := sizesUpTo(2000, mtu+ethLen)
+			exchange(t, a, b, p.A, p.B, 0, sizes)
+			exchange(t, b, a, p.B, p.A, 5000, sizes)
+
+			sa, sb := a.Stats(), b.Stats()
+			if sa.TxFrames != uint64(len(sizes)) || sb.RxFrames != uint64(len(sizes)) {
+				t.Errorf("A tx %d, B rx %d, want %d", sa.TxFrames, sb.RxFrames, len(sizes))
+			}
+			if sa.RxDropped != 0 || sb.RxDropped != 0 || sa.TxDropped != 0 || sb.TxDropped != 0 {
+				t.Errorf("drops: A %+v B %+v", sa, sb)
+			}
+			for _, st := range []link.Stats{sa, sb} {
+				for _, k := range []string{"bad_release", "bad_transmit", "bad_desc"} {
+					if st.Extra[k] != 0 {
+						t.Errorf("Extra[%s] = %d, want 0", k, st.Extra[k])
+					}
+				}
+			}
+			if lin := sb.Extra["rx_linearized"]; (mtu > 3800) != (lin > 0) {
+				t.Errorf("mtu %d: rx_linearized = %d", mtu, lin)
+			}
+			if sa.Wakeups == 0 {
+				t.Errorf("copy-mode TX issued no wakeups")
+			}
+		})
+	}
+}
+
+// TestNonRoCEReachesKernel sends a UDP datagram to another port from the
+// AF_XDP socket: the program must pass it to B's kernel, whose UDP socket
+// receives it, while RoCE frames still go to B's AF_XDP socket.
+func TestNonRoCEReachesKernel(t *testing.T) {
+	p, da, db := pairT(t, netns.Config{}, Config{RingSize: 256})
+	a, b := da.Sockets()[0], db.Sockets()[0]
+	const port = 4792
+	var conn *net.UDPConn
+	if err := p.B.Do(func() error {
+		var err error
+		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: p.B.IP.AsSlice(), Port: port})
+		return err
+	}); err != nil {
+		t.Fatalf("listen in B: %v", err)
+	}
+	defer conn.Close()
+	const size = 200
+	sendAll(t, a, p.A, p.B, port, 7, []int{size}, nil)
+	want := buildFrame(make([]byte, size), p.A, p.B, port, 7, size)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 2048)
+	n, from, err := conn.ReadFromUDP(got)
+	if err != nil {
+		t.Fatalf("B's kernel did not get the UDP/%d datagram: %v", port, err)
+	}
+	if !bytes.Equal(got[:n], want[ethLen+ipLen+udpLen:]) || from.Port != 0xc000|7 {
+		t.Fatalf("kernel got %d bytes from %v, want the datagram's %d-byte payload", n, from, size-ethLen-ipLen-udpLen)
+	}
+	// Nothing reached the AF_XDP socket; a RoCE frame still does.
+	bufs := make([][]byte, 4)
+	if n, _ := b.Receive(bufs, 0); n != 0 {
+		t.Fatalf("AF_XDP socket received %d frames of non-RoCE traffic", n)
+	}
+	sendAll(t, a, p.A, p.B, roceUDPPort, 8, []int{size}, nil)
+	recvCheckT(t, b, p.A, p.B, 8, []int{size})
+}
+
+func TestMultiQueue(t *testing.T) {
+	const queues = 2
+	p, da, db := pairT(t, netns.Config{Queues: queues}, Config{Queues: []int{0, 1}, RingSize: 256})
+	if len(da.Sockets()) != queues {
+		t.Fatalf("%d sockets, want %d", len(da.Sockets()), queues)
+	}
+	for q := range queues {
+		a, b := da.Sockets()[q], db.Sockets()[q]
+		if a.Info().Queue != q {
+			t.Fatalf("socket %d serves queue %d", q, a.Info().Queue)
+		}
+		// veth delivers a frame sent on TX queue q to the peer's RX
+		// queue q, and the XDP program to that queue's socket.
+		sizes := sizesUpTo(300, 1514)
+		seq0 := uint32(q * 1000)
+		exchange(t, a, b, p.A, p.B, seq0, sizes)
+		if other := db.Sockets()[1-q].Stats().RxFrames; other != uint64(q*len(sizes)) {
+			t.Errorf("queue %d traffic: other socket received %d frames", q, other)
+		}
+	}
+}
+
+func TestOwnership(t *testing.T) {
+	p, da, db := pairT(t, netns.Config{}, Config{RingSize: 64, TxFrames: 8, RxFrames: 64})
+	a, b := da.Sockets()[0], db.Sockets()[0]
+	bufs := make([][]byte, 16)
+	if n := a.Alloc(bufs); n != 8 {
+		t.Fatalf("Alloc(16) with 8 tx frames = %d, want 8", n)
+	}
+	if st := a.Stats(); st.TxNoBuffers != 1 {
+		t.Errorf("TxNoBuffers = %d, want 1", st.TxNoBuffers)
+	}
+	if n := a.Alloc(bufs[8:]); n != 0 {
+		t.Fatalf("Alloc on empty = %d", n)
+	}
+	a.Release(bufs[:8])
+	a.Release(bufs[:1]) // double release
+	if got := a.Stats().Extra["bad_release"]; got != 1 {
+		t.Fatalf("bad_release after double release = %d, want 1", got)
+	}
+	a.Release([][]byte{make([]byte, 64)}) // foreign
+	if got := a.Stats().Extra["bad_release"]; got != 2 {
+		t.Fatalf("bad_release after foreign release = %d, want 2", got)
+	}
+	// Transmitting a released buffer is refused, and the pool is intact.
+	if n, err := a.Transmit(bufs[:1]); n != 0 || !errors.Is(err, ErrBadBuffer) {
+		t.Fatalf("Transmit(released) = %d, %v, want 0, ErrBadBuffer", n, err)
+	}
+	if n := a.Alloc(bufs); n != 8 {
+		t.Fatalf("Alloc after releases = %d, want 8", n)
+	}
+	// An empty frame is refused and its buffer taken back.
+	a.Release(bufs[1:8])
+	if n, err := a.Transmit([][]byte{bufs[0][:0]}); n != 0 || err == nil {
+		t.Fatalf("Transmit(empty frame) = %d, %v, want 0 and an error", n, err)
+	}
+	if n := a.Alloc(bufs); n != 8 {
+		t.Fatalf("Alloc after refused Transmit = %d, want 8", n)
+	}
+	a.Release(bufs[:8])
+	// Received buffers: a frame sent back from B's receive buffer (in-place
+	// forwarding), then a release of that buffer, which is no longer ours.
+	sendAll(t, a, p.A, p.B, roceUDPPort, 1, []int{300}, nil)
+	rx := make([][]byte, 4)
+	n, err := b.Receive(rx, 5*time.Second)
+	if err != nil || n != 1 {
+		t.Fatalf("Receive = %d, %v, want 1 frame", n, err)
+	}
+	f := buildFrame(rx[0], p.B, p.A, roceUDPPort, 2, 300)
+	if sent, err := b.Transmit([][]byte{f}); sent != 1 || err != nil {
+		t.Fatalf("Transmit(received buffer) = %d, %v", sent, err)
+	}
+	b.Release([][]byte{f}) // it belongs to the kernel now
+	if got := b.Stats().Extra["bad_release"]; got != 1 {
+		t.Fatalf("releasing a transmitted buffer: bad_release = %d, want 1", got)
+	}
+	recvCheckT(t, a, p.B, p.A, 2, []int{300})
+}
+
+// TestReceiveWakeup checks the timeout, Wakeup and Close paths of Receive.
+func TestReceiveWakeup(t *testing.T) {
+	_, da, _ := pairT(t, netns.Config{}, Config{RingSize: 64})
+	s := da.Sockets()[0]
+	bufs := make([][]byte, 4)
+	start := time.Now()
+	if n, err := s.Receive(bufs, 30*time.Millisecond); n != 0 || err != nil {
+		t.Fatalf("Receive on idle link = %d, %v", n, err)
+	}
+	if d := time.Since(start); d < 25*time.Millisecond {
+		t.Fatalf("Receive(30ms) returned after %v", d)
+	}
+	s.Wakeup() // no Receive waiting: the next one returns at once
+	start = time.Now()
+	if n, err := s.Receive(bufs, time.Minute); n != 0 || err != nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("Receive after Wakeup = %d, %v after %v", n, err, time.Since(start))
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		s.Wakeup()
+	}()
+	if n, err := s.Receive(bufs, -1); n != 0 || err != nil {
+		t.Fatalf("Receive(-1) woken = %d, %v", n, err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Receive(bufs, -1)
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, link.ErrClosed) {
+			t.Fatalf("Receive during Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Receive did not return after Close")
+	}
+	if n, err := s.Receive(bufs, 0); n != 0 || !errors.Is(err, link.ErrClosed) {
+		t.Fatalf("Receive after Close = %d, %v", n, err)
+	}
+	if _, err := s.Transmit(nil); !errors.Is(err, link.ErrClosed) {
+		t.Fatalf("Transmit after Close = %v", err)
+	}
+	if n := s.Alloc(bufs); n != 0 {
+		t.Fatalf("Alloc after Close = %d", n)
+	}
+	s.Wakeup() // must not touch a closed fd
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestCloseAndRebind closes twice and reopens the same queue at once, which
+// may meet EBUSY while the kernel finishes tearing the old socket down.
+func TestCloseAndRebind(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	peer := openT(t, p.B, Config{RingSize: 64})
+	for i := range 5 {
+		var d *Device
+		if err := p.A.Do(func() error {
+			var err error
+			d, err = Open(p.A.Ifname, Config{RingSize: 64})
+			return err
+		}); err != nil {
+			t.Fatalf("open #%d: %v", i, err)
+		}
+		sendAll(t, d.Sockets()[0], p.A, p.B, roceUDPPort, uint32(i), []int{100}, nil)
+		recvCheckT(t, peer.Sockets()[0], p.A, p.B, uint32(i), []int{100})
+		if err := d.Close(); err != nil {
+			t.Fatalf("close #%d: %v", i, err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatalf("second close #%d: %v", i, err)
+		}
+	}
+}
+
+// resources counts our file descriptors and the mappings AF_XDP leaves: ring
+// mappings (of the socket) and UMEMs (found by testHookUMEM).
+func resources(t *testing.T) (fds int, maps []string) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, "socket:") || strings.Contains(l, "xdp") {
+			maps = append(maps, l)
+		}
+	}
+	return len(ents), maps
+}
+
+// mapped reports whether address a is inside any mapping of the process.
+func mapped(t *testing.T, a uintptr) bool {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		var lo, hi uintptr
+		if _, err := fmt.Sscanf(l, "%x-%x", &lo, &hi); err == nil && a >= lo && a < hi {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOpenFailureLeaksNothing fails Open halfway (a queue the veth does not
+// have, after the program, the UMEM and the first socket exist) and checks
+// that every fd and mapping is gone.
+func TestOpenFailureLeaksNothing(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	var umems []uintptr
+	testHookUMEM = func(u *umem) { umems = append(umems, u.base) }
+	defer func() { testHookUMEM = nil }()
+
+	fds0, maps0 := resources(t)
+	err := p.A.Do(func() error {
+		_, err := Open(p.A.Ifname, Config{Queues: []int{0, 7}, RingSize: 64})
+		return err
+	})
+	if err == nil {
+		t.Fatal("Open with a queue the device does not have succeeded")
+	}
+	if errors.Is(err, ErrNotSupported) || errors.Is(err, ErrPermission) {
+		t.Skipf("cannot open AF_XDP here: %v", err)
+	}
+	t.Logf("Open failed as expected: %v", err)
+	fds1, maps1 := resources(t)
+	if fds1 != fds0 {
+		t.Errorf("fds: %d before, %d after a failed Open", fds0, fds1)
+	}
+	if len(maps1) != len(maps0) {
+		t.Errorf("socket mappings: %d before, %d after a failed Open:\n%s", len(maps0), len(maps1), strings.Join(maps1, "\n"))
+	}
+	if len(umems) != 1 {
+		t.Fatalf("Open made %d UMEMs, want 1", len(umems))
+	}
+	if mapped(t, umems[0]) {
+		t.Errorf("UMEM at %#x still mapped after a failed Open", umems[0])
+	}
+	// The interface is clean: a new Open works and gets frames.
+	peer := openT(t, p.B, Config{RingSize: 64})
+	d := openT(t, p.A, Config{RingSize: 64})
+	sendAll(t, d.Sockets()[0], p.A, p.B, roceUDPPort, 0, []int{500}, nil)
+	recvCheckT(t, peer.Sockets()[0], p.A, p.B, 0, []int{500})
+	fds2, maps2 := resources(t)
+	if len(maps2) <= len(maps0) || fds2 <= fds0 {
+		t.Errorf("open devices show no resources (fds %d, maps %d): the leak check sees nothing", fds2, len(maps2))
+	}
+}
+
+// TestHotPathAllocs checks that Alloc, Transmit, Receive and Release allocate
+// nothing.
+func TestHotPathAllocs(t *testing.T) {
+	for _, mtu := range []int{1500, 9000} {
+		t.Run(fmt.Sprint("mtu", mtu), func(t *testing.T) {
+			p, da, db := pairT(t, netns.Config{MTU: mtu}, Config{RingSize: 256})
+			a, b := da.Sockets()[0], db.Sockets()[0]
+			tx := make([][]byte, 16)
+			rx := make([][]byte, 64)
+			size := mtu + ethLen
+			var seq uint32
+			allocs := testing.AllocsPerRun(200, func() {
+				n := a.Alloc(tx)
+				for i := range n {
+					tx[i] = buildFrame(tx[i], p.A, p.B, roceUDPPort, seq, size)
+					seq++
+				}
+				a.Transmit(tx[:n])
+				for got := 0; got < n; {
+					m, err := b.Receive(rx, time.Second)
+					if err != nil || m == 0 {
+						break
+					}
+					got += m
+					b.Release(rx[:m])
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%v allocations per batch, want 0", allocs)
+			}
+			if st := b.Stats(); st.RxFrames < 200*16/2 {
+				t.Errorf("only %d frames received", st.RxFrames)
+			}
+		})
+	}
+}
