@@ -147,14 +147,17 @@ func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 		binary.BigEndian.PutUint16(buf[12:], EtherTypeVLAN)
 		binary.BigEndian.PutUint16(buf[14:], ff.VLANTCI)
 	}
+	// The variant fields are first written as all ones, as the ICRC sees
+	// them, so that the ICRC is one pass over the packet; then they get
+	// their real values.
 	pkt := buf[off:]
 	if v6 {
 		binary.BigEndian.PutUint16(buf[off-2:], EtherTypeIPv6)
 		ip := pkt[:IPv6Size]
-		binary.BigEndian.PutUint32(ip, 6<<28|uint32(ff.TOS)<<20|ff.FlowLabel&0xfffff)
+		binary.BigEndian.PutUint32(ip, 6<<28|0x0fffffff)
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
 		ip[6] = ProtocolUDP
-		ip[7] = ff.TTL
+		ip[7] = 0xff
 		s, d := ff.SrcIP.As16(), ff.DstIP.As16()
 		copy(ip[8:24], s[:])
 		copy(ip[24:40], d[:])
@@ -162,27 +165,29 @@ func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 		binary.BigEndian.PutUint16(buf[off-2:], EtherTypeIPv4)
 		ip := IPv4(pkt[:IPv4Size])
 		ip[0] = 0x45
-		ip[1] = ff.TOS
+		ip[1] = 0xff
 		binary.BigEndian.PutUint16(ip[2:], uint16(ipLen))
 		binary.BigEndian.PutUint16(ip[4:], ff.IPID)
 		ip[6], ip[7] = 0x40, 0 // DF
-		ip[8] = ff.TTL
+		ip[8] = 0xff
 		ip[9] = ProtocolUDP
+		ip[10], ip[11] = 0xff, 0xff
 		s, d := ff.SrcIP.Unmap().As4(), ff.DstIP.Unmap().As4()
 		copy(ip[12:16], s[:])
 		copy(ip[16:20], d[:])
-		ip.SetChecksum()
 	}
 	u := pkt[ipHdr:]
 	binary.BigEndian.PutUint16(u, ff.SrcPort)
 	binary.BigEndian.PutUint16(u[2:], UDPPort)
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
-	u[6], u[7] = 0, 0
+	u[6], u[7] = 0xff, 0xff
 
 	o := ipHdr + UDPSize
 	bf := ff.BTH
 	bf.PadCnt = uint8(pad)
-	BTH(pkt[o:]).Encode(&bf)
+	bth := BTH(pkt[o : o+BTHSize])
+	bth.Encode(&bf)
+	bth[bthFECN] = 0xff
 	o += BTHSize
 	if op.hdrs != 0 {
 		o = ff.encodeExt(pkt, o, op.hdrs)
@@ -192,7 +197,19 @@ func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 		pkt[o+i] = 0
 	}
 	o += pad
-	binary.LittleEndian.PutUint32(pkt[o:], icrc(pkt[:o], v6))
+	binary.LittleEndian.PutUint32(pkt[o:], icrcMasked(pkt[:o]))
+
+	bth[bthFECN] = bit(bf.FECN, 0x80) | bit(bf.BECN, 0x40)
+	u[6], u[7] = 0, 0
+	if v6 {
+		binary.BigEndian.PutUint32(pkt, 6<<28|uint32(ff.TOS)<<20|ff.FlowLabel&0xfffff)
+		pkt[7] = ff.TTL
+	} else {
+		ip := IPv4(pkt[:IPv4Size])
+		ip[1] = ff.TOS
+		ip[8] = ff.TTL
+		ip.SetChecksum()
+	}
 	return total, nil
 }
 

@@ -34,8 +34,9 @@ type Frame struct {
 	PadLen  int    // pad bytes between payload and ICRC (BTH PadCnt)
 	ICRC    uint32 // ICRC as received (the little-endian word on the wire)
 
-	pkt []byte // IP header through the ICRC
-	err DecodeError
+	pkt     []byte // IP header through the ICRC
+	err     DecodeError
+	scratch icrcScratch
 }
 
 // Decode parses b as a RoCE v2 frame: Ethernet (optionally one 802.1Q tag),
@@ -50,7 +51,7 @@ type Frame struct {
 // Decode on f. The views point into b, which must not change while they are
 // in use.
 func (f *Frame) Decode(b []byte) error {
-	*f = Frame{}
+	f.reset()
 	if len(b) < EthernetSize {
 		return f.fail(LayerEthernet, ReasonTruncated, len(b))
 	}
@@ -210,13 +211,23 @@ func (f *Frame) extHeaders(pkt []byte, off int, h ExtHeaders) int {
 	return off
 }
 
+// reset clears the views (not the scratch space).
+func (f *Frame) reset() {
+	f.Eth, f.VLAN, f.IPv4, f.IPv6, f.UDP, f.BTH = nil, nil, nil, nil, nil, nil
+	f.DETH, f.FETH, f.RETH, f.AtomicETH, f.AETH = nil, nil, nil, nil, nil
+	f.AtomicAckETH, f.ImmDt, f.IETH, f.CNPReserved = nil, nil, nil, nil
+	f.Payload, f.PadLen, f.ICRC, f.pkt = nil, 0, 0, nil
+}
+
 func (f *Frame) fail(l Layer, r Reason, off int) error {
 	f.err = DecodeError{Layer: l, Reason: r, Offset: off}
 	return &f.err
 }
 
 // ComputeICRC returns the ICRC of the decoded frame's current bytes.
-func (f *Frame) ComputeICRC() uint32 { return icrc(f.pkt[:len(f.pkt)-ICRCSize], f.IPv6 != nil) }
+func (f *Frame) ComputeICRC() uint32 {
+	return f.scratch.icrc(f.pkt[:len(f.pkt)-ICRCSize], f.IPv6 != nil)
+}
 
 // VerifyICRC reports whether the frame's ICRC is correct. The frame must
 // have been decoded successfully.

@@ -28,11 +28,15 @@ const (
 	icrcHdr6 = IPv6Size + UDPSize + BTHSize
 )
 
+// icrcScratch holds the masked copy of the headers. crc32.Update's
+// argument escapes (it goes through a function variable), so the copy lives
+// in a long-lived Frame rather than on the stack.
+type icrcScratch [icrcHdr6]byte
+
 // icrc computes the ICRC of an IP packet pkt (starting at the IP header,
 // without options, and ending before the ICRC). pkt must hold at least the
 // IP, UDP and BTH headers.
-func icrc(pkt []byte, v6 bool) uint32 {
-	var h [icrcHdr6]byte
+func (h *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
 	var n int
 	if v6 {
 		n = icrcHdr6
@@ -57,3 +61,7 @@ func icrc(pkt []byte, v6 bool) uint32 {
 	c := crc32.Update(icrcSeed, crc32.IEEETable, h[:n])
 	return crc32.Update(c, crc32.IEEETable, pkt[n:])
 }
+
+// icrcMasked computes the ICRC of a packet whose variant fields already
+// hold all ones (the builder writes them so, then the real values).
+func icrcMasked(pkt []byte) uint32 { return crc32.Update(icrcSeed, crc32.IEEETable, pkt) }
