@@ -19,31 +19,41 @@ import (
 // fn runs on a new goroutine locked to its thread; that goroutine exits
 // without unlocking the thread, so the Go runtime destroys the thread instead
 // of ever reusing it in the wrong namespace. A panic in fn is re-raised in
-// the caller's goroutine. Do may be called from any goroutine, also
+// the caller's goroutine, and so is runtime.Goexit, so t.Fatal inside fn
+// ends the test as usual. Do may be called from any goroutine, also
 // concurrently; after Close it returns ErrClosed.
 func (h *Host) Do(fn func() error) error {
 	type result struct {
-		err      error
-		panicked bool
-		value    any
+		err    error
+		ended  bool // fn returned
+		value  any  // fn's panic, if it panicked
+		exited bool // fn called runtime.Goexit (t.FailNow, t.Skip)
 	}
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
 		// Deliberately no UnlockOSThread: see above.
 		if err := h.enter(); err != nil {
-			done <- result{err: err}
+			done <- result{err: err, ended: true}
 			return
 		}
+		var r result
 		defer func() {
-			if v := recover(); v != nil {
-				done <- result{panicked: true, value: v}
+			if !r.ended {
+				if r.value = recover(); r.value == nil {
+					r.exited = true
+				}
 			}
+			done <- r
 		}()
-		done <- result{err: fn()}
+		r.err = fn()
+		r.ended = true
 	}()
 	r := <-done
-	if r.panicked {
+	switch {
+	case r.exited:
+		runtime.Goexit()
+	case !r.ended:
 		panic(r.value)
 	}
 	return r.err

@@ -432,6 +432,16 @@ func TestDoThreads(t *testing.T) {
 		p.B.Do(func() error { panic("boom") })
 		t.Errorf("Do did not re-raise the panic")
 	}()
+	// t.FailNow (runtime.Goexit) inside Do ends the caller's goroutine too.
+	exited := make(chan bool, 2)
+	go func() {
+		defer func() { exited <- true }()
+		p.A.Do(func() error { runtime.Goexit(); return nil })
+		exited <- false
+	}()
+	if !<-exited {
+		t.Errorf("Goexit in fn did not end the calling goroutine")
+	}
 	want := errors.New("from fn")
 	if err := p.B.Do(func() error { return want }); err != want {
 		t.Errorf("Do returned %v, want fn's error", err)
