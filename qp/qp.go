@@ -1,0 +1,376 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+)
+
+// Never is the deadline Poll returns when no timer is armed.
+const Never = time.Duration(1<<63 - 1)
+
+// EngineConfig configures an Engine.
+type EngineConfig struct {
+	Out Output // where frames go; required
+	// LocalIPs are the addresses (RoCE v2 GIDs) this engine answers to;
+	// frames to other destinations are dropped. Empty accepts any.
+	LocalIPs []netip.Addr
+}
+
+// Engine runs the transport of a set of queue pairs: it takes received
+// frames and the current time (Input), sends what is ready and reports its
+// next deadline (Poll). Time is a monotonic time.Duration from an epoch of
+// the caller's choosing; the engine never reads a clock.
+//
+// An Engine and its QPs have one owner goroutine: nothing here may be called
+// concurrently, except Stats.
+type Engine struct {
+	out   Output
+	local []netip.Addr
+	qps   map[uint32]*QP
+	list  []*QP
+	frame bth.Frame
+	now   time.Duration // time of the current Input or Poll
+	stats Stats
+}
+
+// Stats are an engine's counters (safe to read from any goroutine).
+type Stats struct {
+	RxFrames    atomic.Uint64 // frames given to Input
+	RxDropped   atomic.Uint64 // frames dropped: malformed, bad ICRC, unknown QP, wrong address or key
+	RxBadICRC   atomic.Uint64
+	RxUnknownQP atomic.Uint64
+	TxFrames    atomic.Uint64 // frames sent
+	TxNoBuffer  atomic.Uint64 // Alloc returned nil
+	Retransmits atomic.Uint64 // go-back-N restarts (timeout, NAK, implicit NAK)
+	Timeouts    atomic.Uint64 // local ACK timeouts
+	RNRNaksRx   atomic.Uint64
+	RNRNaksTx   atomic.Uint64
+	SeqNaksRx   atomic.Uint64
+	SeqNaksTx   atomic.Uint64
+	ErrNaksTx   atomic.Uint64 // invalid request, remote access and remote operational error NAKs sent
+	Duplicates  atomic.Uint64 // duplicate requests answered
+	ToError     atomic.Uint64 // QPs moved to ERR by an error
+}
+
+// NewEngine returns an engine with no queue pairs.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	if cfg.Out == nil {
+		return nil, errors.New("new engine: no output")
+	}
+	e := &Engine{out: cfg.Out, qps: make(map[uint32]*QP)}
+	for _, a := range cfg.LocalIPs {
+		e.local = append(e.local, a.Unmap())
+	}
+	return e, nil
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Config describes a queue pair to create.
+type Config struct {
+	Type      Type
+	QPN       uint32 // 24-bit QP number, unique in the engine, not 0 or 1
+	SendCQ    CQ
+	RecvCQ    CQ
+	Mem       Memory // the protection domain's memory regions
+	MaxSendWR int    // send queue depth; 0 means 128
+	MaxRecvWR int    // receive queue depth; 0 means 128
+	MaxSGE    int    // scatter/gather entries per work request; 0 means 4
+	MaxInline int    // inline data per send request; 0 means none
+	SignalAll bool   // every send request completes (sq_sig_all)
+}
+
+// QP is a queue pair. It belongs to its Engine's owner goroutine.
+type QP struct {
+	e      *Engine
+	qpn    uint32
+	typ    Type
+	state  State
+	attr   Attr
+	mem    Memory
+	sendCQ CQ
+	recvCQ CQ
+	sigAll bool
+	maxSGE int
+	maxInl int
+	mtu    uint32
+	sport  uint16
+	ff     bth.FrameFields // frame template from the address vector
+	blocked bool           // Output ran out of buffers during this Poll
+	scratch [8]byte
+
+	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
+	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
+	sq                   []sendWQE
+	sqHead, sqReq, sqTail uint32
+
+	// Requester.
+	reqPSN    bth.PSN // next PSN to send
+	sentPSN   bth.PSN // one past the highest PSN sent
+	noAck     int     // packets since the last AckReq
+	rdOut     int     // READs and atomics outstanding
+	compPSN   bth.PSN // oldest PSN not yet acknowledged
+	retryLeft uint8
+	rnrLeft   uint8
+	rewound   bool // a go-back-N to compPSN is under way; set until progress
+	timer     timers
+
+	// Receive queue ring.
+	rq             []recvWQE
+	rqHead, rqTail uint32
+
+	// Responder.
+	ePSN      bth.PSN // expected PSN
+	msn       uint32  // message sequence number
+	nakSent   bool    // a PSN sequence or RNR NAK was sent for the current gap
+	in        inMsg
+	ackDue    bool
+	ackPSN    bth.PSN
+	res       []resource // responder resources for READs and atomics, oldest at resNext
+	resStore  []resource
+	resNext   int
+	resActive int // resources with responses to send
+}
+
+// CreateQP adds a queue pair in the RESET state.
+func (e *Engine) CreateQP(cfg Config) (*QP, error) {
+	switch {
+	case cfg.Type != RC && cfg.Type != UC && cfg.Type != UD:
+		return nil, fmt.Errorf("create qp: type %v: %w", cfg.Type, ErrInvalidAttr)
+	case cfg.QPN < 2 || cfg.QPN > bth.PSNMask:
+		return nil, fmt.Errorf("create qp %#x: number out of range: %w", cfg.QPN, ErrInvalidAttr)
+	case e.qps[cfg.QPN] != nil:
+		return nil, fmt.Errorf("create qp %#x: number in use: %w", cfg.QPN, ErrInvalidAttr)
+	case cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Mem == nil:
+		return nil, fmt.Errorf("create qp %#x: needs send CQ, receive CQ and memory: %w", cfg.QPN, ErrInvalidAttr)
+	}
+	def := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	q := &QP{
+		e: e, qpn: cfg.QPN, typ: cfg.Type, mem: cfg.Mem, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ,
+		sigAll: cfg.SignalAll, maxSGE: def(cfg.MaxSGE, 4), maxInl: max(cfg.MaxInline, 0),
+	}
+	q.sq = make([]sendWQE, def(cfg.MaxSendWR, 128))
+	for i := range q.sq {
+		q.sq[i].sge = make([]SGE, 0, q.maxSGE)
+		q.sq[i].src = make([][]byte, 0, q.maxSGE)
+		if q.maxInl > 0 {
+			q.sq[i].inline = make([]byte, 0, q.maxInl)
+		}
+	}
+	q.rq = make([]recvWQE, def(cfg.MaxRecvWR, 128))
+	for i := range q.rq {
+		q.rq[i].sge = make([]SGE, 0, q.maxSGE)
+		q.rq[i].dst = make([][]byte, 0, q.maxSGE)
+	}
+	q.resStore = make([]resource, maxRdAtomic)
+	h := fnv.New32a()
+	h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
+	q.sport = 0xC000 + uint16(h.Sum32()&0x3fff)
+	q.reset()
+	e.qps[cfg.QPN] = q
+	e.list = append(e.list, q)
+	return q, nil
+}
+
+// Destroy removes the QP from the engine without completions.
+func (q *QP) Destroy() {
+	delete(q.e.qps, q.qpn)
+	for i, x := range q.e.list {
+		if x == q {
+			q.e.list = append(q.e.list[:i], q.e.list[i+1:]...)
+			break
+		}
+	}
+	q.state = StateReset
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the QP's transport type.
+func (q *QP) Type() Type { return q.typ }
+
+// UDPSourcePort returns the UDP source port of the QP's packets:
+// 0xC000 + (hash(QPN) & 0x3fff), as rxe does.
+func (q *QP) UDPSourcePort() uint16 { return q.sport }
+
+func (q *QP) setAV(av *AddressVector) {
+	q.ff.SrcMAC, q.ff.DstMAC = av.SrcMAC, av.DstMAC
+	q.ff.SrcIP, q.ff.DstIP = av.SrcIP, av.DstIP
+	q.ff.TOS, q.ff.TTL, q.ff.FlowLabel = av.TrafficClass, av.HopLimit, av.FlowLabel
+	if q.ff.TTL == 0 {
+		q.ff.TTL = 64
+	}
+	q.ff.SrcPort = q.sport
+}
+
+func (q *QP) onRTR() {
+	q.ePSN = q.attr.RQPSN
+	q.msn = 0
+	q.resetResponder()
+}
+
+func (q *QP) onRTS() {
+	q.reqPSN, q.sentPSN, q.compPSN = q.attr.SQPSN, q.attr.SQPSN, q.attr.SQPSN
+	q.noAck = 0
+	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+	q.rewound = false
+	q.timer = timers{}
+}
+
+// Input processes received frames at time now. Frames that are not valid
+// RoCE v2 packets for one of the engine's QPs are counted and dropped. The
+// frames are not kept: the caller may release them when Input returns.
+// Call Poll afterwards to send what became ready (ACKs are coalesced over
+// the batch).
+func (e *Engine) Input(frames [][]byte, now time.Duration) {
+	e.now = now
+	for _, b := range frames {
+		e.stats.RxFrames.Add(1)
+		f := &e.frame
+		if f.Decode(b) != nil {
+			e.stats.RxDropped.Add(1)
+			continue
+		}
+		if !f.VerifyICRC() {
+			e.stats.RxBadICRC.Add(1)
+			e.stats.RxDropped.Add(1)
+			continue
+		}
+		if !e.accept(f) {
+			e.stats.RxDropped.Add(1)
+		}
+	}
+}
+
+// accept dispatches a decoded frame to its QP; false means dropped.
+func (e *Engine) accept(f *bth.Frame) bool {
+	op := f.Opcode()
+	if op == bth.OpCNP {
+		return true
+	}
+	if len(e.local) > 0 {
+		dst := f.DstIP().Unmap()
+		found := false
+		for _, a := range e.local {
+			if a == dst {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	q := e.qps[f.BTH.DestQP()]
+	if q == nil {
+		e.stats.RxUnknownQP.Add(1)
+		return false
+	}
+	return q.input(f, op)
+}
+
+func pkeyMatch(a, b uint16) bool {
+	return a&0x7fff == b&0x7fff && (a|b)&0x8000 != 0
+}
+
+// input handles one frame addressed to q.
+func (q *QP) input(f *bth.Frame, op bth.Opcode) bool {
+	if q.state < StateRTR || q.state == StateErr {
+		return false
+	}
+	if !pkeyMatch(f.BTH.PKey(), q.attr.PKey) {
+		return false
+	}
+	switch q.typ {
+	case RC:
+		if op.Transport() != bth.RC || !q.fromPeer(f) {
+			return false
+		}
+		if op.IsRequest() {
+			return q.rcRequest(f, op)
+		}
+		if q.state != StateRTS && q.state != StateSQD {
+			return false
+		}
+		return q.onResponse(f, op)
+	case UC:
+		if op.Transport() != bth.UC || !q.fromPeer(f) {
+			return false
+		}
+		return q.ucRequest(f, op)
+	case UD:
+		if op.Transport() != bth.UD {
+			return false
+		}
+		return q.udRequest(f, op)
+	}
+	return false
+}
+
+func (q *QP) fromPeer(f *bth.Frame) bool {
+	return f.SrcIP().Unmap() == q.attr.AV.DstIP.Unmap() && f.DstIP().Unmap() == q.attr.AV.SrcIP.Unmap()
+}
+
+// Poll runs timers that expired by now, sends whatever is ready (requests,
+// responses, ACKs) as far as Output has buffers, and returns the time of the
+// next timer (Never if none). When Output ran out of buffers it returns now:
+// call Poll again once buffers are free.
+func (e *Engine) Poll(now time.Duration) time.Duration {
+	next := Never
+	for _, q := range e.list {
+		if d := q.poll(now); d < next {
+			next = d
+		}
+	}
+	return next
+}
+
+func (q *QP) poll(now time.Duration) time.Duration {
+	q.e.now = now
+	if q.state == StateReset || q.state == StateInit || q.state == StateErr {
+		return Never
+	}
+	q.blocked = false
+	q.runTimers(now)
+	q.flushResponses()
+	q.runRequester(now)
+	if q.blocked {
+		return now
+	}
+	return q.timer.next(q)
+}
+
+// alloc returns a transmit buffer or nil, noting that Output ran dry.
+func (q *QP) alloc() []byte {
+	b := q.e.out.Alloc()
+	if b == nil {
+		q.blocked = true
+		q.e.stats.TxNoBuffer.Add(1)
+	}
+	return b
+}
+
+// send builds the frame described by q.ff with a payload of n bytes already
+// at its place in buf, and hands it to Output.
+func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) {
+	l, err := bth.BuildInPlace(buf, ff, n)
+	if err != nil {
+		// Only a programming error gets here (sizes are checked before).
+		panic(fmt.Sprintf("qp %#x: build %v: %v", q.qpn, ff.BTH.Opcode, err))
+	}
+	q.e.out.Send(buf[:l])
+	q.e.stats.TxFrames.Add(1)
+}

@@ -1,0 +1,417 @@
+package qp
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+)
+
+// maxUnacked is the most PSNs the requester sends beyond the oldest
+// unacknowledged one (rxe's RXE_MAX_UNACKED_PSNS).
+const maxUnacked = 128
+
+// ackReqEvery is how many packets may go without AckReq (rxe asks at least
+// every 64).
+const ackReqEvery = 64
+
+// maxMsg is the largest message (IBTA: 2^31 bytes).
+const maxMsg = 1 << 31
+
+// sendWQE is a posted send work request and its progress.
+type sendWQE struct {
+	wr     SendWR // wr.SGL aliases sge
+	sge    []SGE
+	av     AddressVector // UD destination, copied
+	src    [][]byte      // resolved SGL (or the inline data as one slice)
+	inline []byte
+	length uint32
+
+	started  bool // PSNs assigned and SGL resolved
+	counted  bool // counted in rdOut
+	localErr WCStatus
+	firstPSN bth.PSN
+	lastPSN  bth.PSN
+	sendPSN  bth.PSN // next PSN to send
+}
+
+func (q *QP) sqAt(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
+
+// PostSend queues a send work request (ibv_post_send). The SGL is copied,
+// inline data too; the memory behind a non-inline SGL must stay registered
+// until the request completes. In ERR the request completes at once with
+// WR_FLUSH_ERR.
+func (q *QP) PostSend(wr *SendWR) error {
+	switch q.state {
+	case StateRTS, StateSQD, StateErr:
+	default:
+		if !(q.state == StateSQE) {
+			return fmt.Errorf("post send on qp %#x in %v: %w", q.qpn, q.state, ErrState)
+		}
+	}
+	if q.sqTail-q.sqHead >= uint32(len(q.sq)) {
+		return fmt.Errorf("post send on qp %#x: %w", q.qpn, ErrQueueFull)
+	}
+	if len(wr.SGL) > q.maxSGE {
+		return fmt.Errorf("post send on qp %#x: %d SGEs: %w", q.qpn, len(wr.SGL), ErrTooManySGE)
+	}
+	switch q.typ {
+	case UC:
+		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm && !wr.Opcode.isWrite() {
+			return fmt.Errorf("post send %v on UC qp %#x: %w", wr.Opcode, q.qpn, ErrOpcode)
+		}
+	case UD:
+		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
+			return fmt.Errorf("post send %v on UD qp %#x: %w", wr.Opcode, q.qpn, ErrOpcode)
+		}
+		if wr.AV == nil {
+			return fmt.Errorf("post send on UD qp %#x: no address vector: %w", q.qpn, ErrInvalidAttr)
+		}
+	default:
+		if !wr.Opcode.isSend() && !wr.Opcode.isWrite() && !wr.Opcode.isReadLike() {
+			return fmt.Errorf("post send on qp %#x: %v: %w", q.qpn, wr.Opcode, ErrOpcode)
+		}
+	}
+	var n uint64
+	for _, s := range wr.SGL {
+		n += uint64(s.Length)
+	}
+	inl := wr.Flags&SendInline != 0 && (wr.Opcode.isSend() || wr.Opcode.isWrite())
+	if inl && n > uint64(q.maxInl) {
+		return fmt.Errorf("post send on qp %#x: %d bytes inline: %w", q.qpn, n, ErrInline)
+	}
+	w := q.sqAt(q.sqTail)
+	sge := w.sge[:len(wr.SGL)]
+	copy(sge, wr.SGL)
+	w.wr = *wr
+	w.wr.SGL = sge
+	w.wr.AV = nil
+	if wr.AV != nil {
+		w.av = *wr.AV
+	}
+	w.src = w.src[:0]
+	w.inline = w.inline[:0]
+	w.started, w.counted, w.localErr = false, false, WCSuccess
+	if n > maxMsg {
+		w.localErr = WCLocLenErr
+		n = 0
+	}
+	w.length = uint32(n)
+	if inl {
+		for _, s := range sge {
+			if s.Length == 0 {
+				continue
+			}
+			b, ok := q.mem.Local(s.LKey, s.Addr, s.Length, 0)
+			if !ok {
+				w.localErr = WCLocProtErr
+				break
+			}
+			w.inline = append(w.inline, b...)
+		}
+		w.src = append(w.src, w.inline)
+	}
+	q.sqTail++
+	if q.state == StateErr || q.state == StateSQE {
+		q.flushSQ()
+	}
+	return nil
+}
+
+// startWQE assigns the request its PSNs and resolves its SGL. It returns
+// false when the request failed locally (its status is in localErr).
+func (q *QP) startWQE(w *sendWQE) bool {
+	op := w.wr.Opcode
+	if w.localErr == WCSuccess && len(w.src) == 0 {
+		var acc Access
+		if op.isReadLike() {
+			acc = AccessLocalWrite
+		}
+		for _, s := range w.wr.SGL {
+			if s.Length == 0 {
+				continue
+			}
+			b, ok := q.mem.Local(s.LKey, s.Addr, s.Length, acc)
+			if !ok {
+				w.localErr = WCLocProtErr
+				break
+			}
+			w.src = append(w.src, b)
+		}
+	}
+	if w.localErr == WCSuccess {
+		switch {
+		case op.isAtomic() && w.length != 8:
+			w.localErr = WCLocLenErr
+		case q.typ == UD && w.length > q.mtu:
+			w.localErr = WCLocLenErr
+		}
+	}
+	if w.localErr != WCSuccess {
+		return false
+	}
+	n := uint32(1)
+	if !op.isAtomic() && w.length > q.mtu {
+		n = (w.length + q.mtu - 1) / q.mtu
+	}
+	w.firstPSN = q.reqPSN
+	w.lastPSN = q.reqPSN.Add(n - 1)
+	w.sendPSN = w.firstPSN
+	w.started = true
+	return true
+}
+
+// runRequester sends as many request packets as the state, the window, the
+// limits on READs and atomics and Output's buffers allow.
+func (q *QP) runRequester(now time.Duration) {
+	if q.state != StateRTS && q.state != StateSQD {
+		return
+	}
+	if q.timer.rnrWait {
+		return
+	}
+	for q.sqReq != q.sqTail && !q.blocked {
+		w := q.sqAt(q.sqReq)
+		if !w.started {
+			if q.state == StateSQD {
+				return
+			}
+			if w.wr.Flags&SendFence != 0 && q.rdOut > 0 {
+				return
+			}
+			if w.wr.Opcode.isReadLike() && q.rdOut >= max(int(q.attr.MaxRdAtomic), 1) {
+				return
+			}
+			if !q.startWQE(w) {
+				if q.sqReq == q.sqHead {
+					q.completeSend(w, w.localErr)
+					if q.typ == RC {
+						q.toError()
+					} else {
+						q.toSQE()
+					}
+				}
+				return
+			}
+		}
+		if q.typ == RC && q.reqPSN.Diff(q.compPSN) >= maxUnacked {
+			return
+		}
+		buf := q.alloc()
+		if buf == nil {
+			return
+		}
+		done := q.sendPacket(w, buf)
+		if q.typ == RC {
+			q.onRequestSent(now)
+		}
+		if done {
+			q.sqReq++
+			if w.wr.Opcode.isReadLike() && !w.counted {
+				w.counted = true
+				q.rdOut++
+			}
+			if q.typ != RC {
+				// UC and UD complete when the last packet is out.
+				q.sqHead = q.sqReq
+				q.completeSend(w, WCSuccess)
+			}
+			if q.sqReq != q.sqTail {
+				if nw := q.sqAt(q.sqReq); nw.started {
+					nw.sendPSN = nw.firstPSN
+				}
+			}
+		}
+	}
+}
+
+// sendPacket builds and sends w's packet at w.sendPSN and reports whether
+// that was the request's last packet.
+func (q *QP) sendPacket(w *sendWQE, buf []byte) bool {
+	ff := &q.ff
+	psn := w.sendPSN
+	idx := uint32(psn.Diff(w.firstPSN))
+	off := idx * q.mtu
+	op := w.wr.Opcode
+	last := psn == w.lastPSN
+	first := idx == 0
+	ff.BTH = bth.BTHFields{PKey: q.attr.PKey, DestQP: q.attr.DestQPN, PSN: psn}
+	n := 0 // payload length
+	var o bth.Opcode
+	switch {
+	case op == WRRDMARead:
+		o = bth.RCReadRequest
+		ff.RETH = bth.RETHFields{VA: w.wr.RemoteAddr + uint64(off), RKey: w.wr.RKey, DMALen: w.length - off}
+		last = true
+	case op.isAtomic():
+		o = bth.RCFetchAdd
+		ff.AtomicETH = bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+		if op == WRAtomicCmpAndSwp {
+			o = bth.RCCompareSwap
+			ff.AtomicETH.SwapAdd, ff.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
+		}
+		last = true
+	default:
+		n = int(min(q.mtu, w.length-off))
+		o = dataOpcode(op, first, last)
+		if o.Headers().Has(bth.ExtRETH) {
+			ff.RETH = bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+		}
+		ff.Imm, ff.IETH = w.wr.Imm, w.wr.InvKey
+		switch q.typ {
+		case UC:
+			o |= bth.Opcode(bth.UC)
+		case UD:
+			o = bth.UDSendOnly
+			if op == WRSendWithImm {
+				o = bth.UDSendOnlyImm
+			}
+			qkey := w.wr.RemoteQKey
+			if qkey&0x80000000 != 0 {
+				qkey = q.attr.QKey
+			}
+			ff.DETH = bth.DETHFields{QKey: qkey, SrcQP: q.qpn}
+			ff.BTH.DestQP = w.wr.RemoteQPN
+		}
+	}
+	ff.BTH.Opcode = o
+	ff.BTH.SE = last && w.wr.Flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm)
+	q.noAck++
+	if q.typ == RC && (last || q.noAck >= ackReqEvery) {
+		ff.BTH.AckReq = true
+		q.noAck = 0
+	}
+	if q.typ == UD {
+		saved := *ff
+		ff.SrcMAC, ff.DstMAC, ff.SrcIP, ff.DstIP = w.av.SrcMAC, w.av.DstMAC, w.av.SrcIP, w.av.DstIP
+		ff.TOS, ff.TTL, ff.FlowLabel = w.av.TrafficClass, w.av.HopLimit, w.av.FlowLabel
+		if ff.TTL == 0 {
+			ff.TTL = 64
+		}
+		gather(buf[ff.HeaderLen():], w.src, off, n)
+		q.send(buf, ff, n)
+		*ff = saved
+	} else {
+		gather(buf[ff.HeaderLen():], w.src, off, n)
+		q.send(buf, ff, n)
+	}
+	if last {
+		q.reqPSN = w.lastPSN.Add(1)
+	} else {
+		q.reqPSN = psn.Add(1)
+		w.sendPSN = q.reqPSN
+	}
+	if q.reqPSN.Diff(q.sentPSN) > 0 {
+		q.sentPSN = q.reqPSN
+	}
+	return last
+}
+
+// dataOpcode returns the RC opcode of a SEND or WRITE packet.
+func dataOpcode(op WROpcode, first, last bool) bth.Opcode {
+	if op.isWrite() {
+		switch {
+		case first && last && op == WRRDMAWriteWithImm:
+			return bth.RCWriteOnlyImm
+		case first && last:
+			return bth.RCWriteOnly
+		case first:
+			return bth.RCWriteFirst
+		case last && op == WRRDMAWriteWithImm:
+			return bth.RCWriteLastImm
+		case last:
+			return bth.RCWriteLast
+		}
+		return bth.RCWriteMiddle
+	}
+	switch {
+	case first && last && op == WRSendWithImm:
+		return bth.RCSendOnlyImm
+	case first && last && op == WRSendWithInv:
+		return bth.RCSendOnlyInv
+	case first && last:
+		return bth.RCSendOnly
+	case first:
+		return bth.RCSendFirst
+	case last && op == WRSendWithImm:
+		return bth.RCSendLastImm
+	case last && op == WRSendWithInv:
+		return bth.RCSendLastInv
+	case last:
+		return bth.RCSendLast
+	}
+	return bth.RCSendMiddle
+}
+
+// gather copies n bytes at offset off of the message held in src to dst.
+func gather(dst []byte, src [][]byte, off uint32, n int) {
+	o := int(off)
+	for _, s := range src {
+		if n == 0 {
+			return
+		}
+		if o >= len(s) {
+			o -= len(s)
+			continue
+		}
+		c := copy(dst[:n], s[o:])
+		dst, n, o = dst[c:], n-c, 0
+	}
+}
+
+// scatter copies src into the message buffers dst at offset off.
+func scatter(dst [][]byte, off uint32, src []byte) {
+	o := int(off)
+	for _, d := range dst {
+		if len(src) == 0 {
+			return
+		}
+		if o >= len(d) {
+			o -= len(d)
+			continue
+		}
+		c := copy(d[o:], src)
+		src, o = src[c:], 0
+	}
+}
+
+// rewind restarts sending at psn (go-back-N): the request holding psn is
+// sent again from that packet, and every later one from its start.
+func (q *QP) rewind(psn bth.PSN) {
+	q.e.stats.Retransmits.Add(1)
+	for i := q.sqHead; i != q.sqTail; i++ {
+		w := q.sqAt(i)
+		if !w.started {
+			break
+		}
+		if psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN) <= 0 {
+			w.sendPSN = psn
+			if w.wr.Opcode.isAtomic() {
+				w.sendPSN = w.firstPSN
+			}
+			for j := i; j != q.sqReq; j++ {
+				if x := q.sqAt(j); x.counted {
+					x.counted = false
+					q.rdOut--
+				}
+			}
+			q.sqReq = i
+			q.reqPSN = w.sendPSN
+			q.noAck = 0
+			return
+		}
+	}
+}
+
+// completeSend reports a send request's completion if it is signaled or
+// failed.
+func (q *QP) completeSend(w *sendWQE, st WCStatus) {
+	if st == WCSuccess && !q.sigAll && w.wr.Flags&SendSignaled == 0 {
+		return
+	}
+	wc := WC{ID: w.wr.ID, Status: st, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn}
+	if st == WCSuccess && w.wr.Opcode == WRRDMARead {
+		wc.ByteLen = w.length
+	}
+	q.sendCQ.Complete(&wc)
+}

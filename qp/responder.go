@@ -1,0 +1,589 @@
+package qp
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/xroce/xroce/bth"
+)
+
+// recvWQE is a posted receive work request.
+type recvWQE struct {
+	id       uint64
+	sge      []SGE
+	dst      [][]byte // resolved when its message starts
+	capacity uint32
+}
+
+// inMsg is the SEND or WRITE message the responder is in the middle of.
+type inMsg struct {
+	active bool // a FIRST was accepted, MIDDLE/LAST expected
+	write  bool
+	off    uint32   // bytes received so far
+	total  uint32   // WRITE: the DMA length
+	dst    []byte   // WRITE: the target range
+	recv   *recvWQE // SEND: the receive request being filled
+}
+
+// resource is a responder resource: a READ or atomic kept so that a
+// duplicate request is answered without executing it again.
+type resource struct {
+	used     bool
+	atomic   bool
+	first    bth.PSN
+	last     bth.PSN
+	src      []byte // READ: the source range
+	orig     uint64 // atomic: the original remote value
+	pending  bool   // responses remain to be sent
+	startPSN bth.PSN
+	sendPSN  bth.PSN
+	seq      uint64 // allocation order
+}
+
+func (q *QP) rqAt(i uint32) *recvWQE { return &q.rq[i%uint32(len(q.rq))] }
+
+// PostRecv queues a receive work request (ibv_post_recv). In ERR it
+// completes at once with WR_FLUSH_ERR.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.state == StateReset {
+		return fmt.Errorf("post recv on qp %#x in %v: %w", q.qpn, q.state, ErrState)
+	}
+	if q.rqTail-q.rqHead >= uint32(len(q.rq)) {
+		return fmt.Errorf("post recv on qp %#x: %w", q.qpn, ErrQueueFull)
+	}
+	if len(wr.SGL) > q.maxSGE {
+		return fmt.Errorf("post recv on qp %#x: %d SGEs: %w", q.qpn, len(wr.SGL), ErrTooManySGE)
+	}
+	w := q.rqAt(q.rqTail)
+	w.id = wr.ID
+	w.sge = append(w.sge[:0], wr.SGL...)
+	w.dst = w.dst[:0]
+	w.capacity = 0
+	for _, s := range wr.SGL {
+		w.capacity += s.Length
+	}
+	q.rqTail++
+	if q.state == StateErr {
+		q.recvCQ.Complete(&WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn})
+		q.rqHead++
+	}
+	return nil
+}
+
+// takeRecv returns the receive request at the head of the queue with its
+// SGL resolved, nil if the queue is empty; bad is set when an SGE does not
+// name local writable memory.
+func (q *QP) takeRecv() (w *recvWQE, bad bool) {
+	if q.rqHead == q.rqTail {
+		return nil, false
+	}
+	w = q.rqAt(q.rqHead)
+	if len(w.dst) == 0 {
+		for _, s := range w.sge {
+			if s.Length == 0 {
+				continue
+			}
+			b, ok := q.mem.Local(s.LKey, s.Addr, s.Length, AccessLocalWrite)
+			if !ok {
+				return w, true
+			}
+			w.dst = append(w.dst, b)
+		}
+	}
+	return w, false
+}
+
+// completeRecv pops the head receive request with a completion.
+func (q *QP) completeRecv(wc *WC) {
+	w := q.rqAt(q.rqHead)
+	wc.ID, wc.QPN = w.id, q.qpn
+	w.dst = w.dst[:0]
+	q.rqHead++
+	q.recvCQ.Complete(wc)
+}
+
+func (q *QP) resetResponder() {
+	q.in = inMsg{}
+	q.nakSent = false
+	q.ackDue = false
+	for i := range q.res {
+		q.res[i] = resource{}
+	}
+	q.resActive = 0
+}
+
+// rcRequest is the RC responder (rxe_resp.c): PSN check, duplicates, then
+// the operation.
+func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
+	psn := f.BTH.PSN()
+	d := psn.Diff(q.ePSN)
+	if d > 0 {
+		// A gap: one NAK, then silence until the expected PSN comes.
+		if !q.nakSent {
+			q.nakSent = true
+			q.e.stats.SeqNaksTx.Add(1)
+			q.sendAck(bth.NakPSNSeqError, q.ePSN)
+		}
+		return true
+	}
+	if d < 0 {
+		q.duplicate(f, op, psn)
+		return true
+	}
+	// Opcode sequence: MIDDLE and LAST continue the current message of
+	// the same kind; anything else starts a new one.
+	if op.IsMiddle() || !op.IsFirst() && op.IsLast() {
+		if !q.in.active || q.in.write != op.IsWrite() {
+			q.fatalNak(bth.NakInvalidRequest)
+			return true
+		}
+	} else if q.in.active {
+		q.fatalNak(bth.NakInvalidRequest)
+		return true
+	}
+	if !q.payloadOK(op, len(f.Payload)) {
+		q.fatalNak(bth.NakInvalidRequest)
+		return true
+	}
+	var ok bool
+	switch {
+	case op.IsSend():
+		ok = q.recvSend(f, op, true)
+	case op.IsWrite():
+		ok = q.recvWrite(f, op, true)
+	case op == bth.RCReadRequest:
+		ok = q.recvRead(f, psn)
+	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		ok = q.recvAtomic(f, op, psn)
+	default:
+		// FLUSH and ATOMIC_WRITE are not supported.
+		q.fatalNak(bth.NakInvalidRequest)
+		return true
+	}
+	if !ok {
+		return true
+	}
+	q.nakSent = false
+	if op != bth.RCReadRequest {
+		q.ePSN = q.ePSN.Add(1)
+	}
+	if f.BTH.AckReq() && (op.IsSend() || op.IsWrite()) {
+		q.ackDue = true
+		q.ackPSN = psn
+	}
+	return true
+}
+
+// payloadOK checks a SEND or WRITE packet's length against the path MTU:
+// FIRST and MIDDLE carry exactly one MTU, LAST 1..MTU, ONLY 0..MTU.
+func (q *QP) payloadOK(op bth.Opcode, n int) bool {
+	if !op.IsSend() && !op.IsWrite() {
+		return true
+	}
+	switch {
+	case op.IsFirst() && !op.IsLast(), op.IsMiddle():
+		return n == int(q.mtu)
+	}
+	return n <= int(q.mtu)
+}
+
+// fatalNak sends an error NAK for the expected PSN and moves the QP to ERR
+// (rxe's class C/D responder errors on RC).
+func (q *QP) fatalNak(syn bth.Syndrome) {
+	q.e.stats.ErrNaksTx.Add(1)
+	q.sendAck(syn, q.ePSN)
+	q.toError()
+}
+
+// recvSend places a SEND packet into the receive request. reliable selects
+// the RC behaviour (RNR NAK, error NAKs) over UC's silent drops. It returns
+// false when the packet was not accepted.
+func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
+	if op.IsFirst() {
+		w, bad := q.takeRecv()
+		if w == nil {
+			if reliable {
+				q.nakSent = true
+				q.e.stats.RNRNaksTx.Add(1)
+				q.sendAck(bth.RNRNakSyndrome(q.attr.MinRNRTimer), q.ePSN)
+			}
+			return false
+		}
+		if bad {
+			q.completeRecv(&WC{Status: WCLocProtErr, Opcode: WCRecv})
+			if reliable {
+				q.fatalNak(bth.NakRemoteOpError)
+			}
+			return false
+		}
+		q.in = inMsg{active: !op.IsLast(), recv: w}
+	}
+	w := q.in.recv
+	n := uint32(len(f.Payload))
+	if uint64(q.in.off)+uint64(n) > uint64(w.capacity) {
+		q.in = inMsg{}
+		q.completeRecv(&WC{Status: WCLocLenErr, Opcode: WCRecv})
+		if reliable {
+			q.fatalNak(bth.NakInvalidRequest)
+		}
+		return false
+	}
+	scatter(w.dst, q.in.off, f.Payload)
+	q.in.off += n
+	if !op.IsLast() {
+		return true
+	}
+	wc := WC{Opcode: WCRecv, ByteLen: q.in.off}
+	if op.HasImm() {
+		wc.Flags |= WCWithImm
+		wc.Imm = f.ImmDt.Imm()
+	}
+	if f.IETH != nil {
+		wc.Flags |= WCWithInv
+		wc.InvKey = f.IETH.RKey()
+		if !q.mem.Invalidate(wc.InvKey) {
+			q.in = inMsg{}
+			q.completeRecv(&WC{Status: WCRemInvReqErr, Opcode: WCRecv})
+			q.fatalNak(bth.NakInvalidRequest)
+			return false
+		}
+	}
+	q.in = inMsg{}
+	q.msn++
+	q.completeRecv(&wc)
+	return true
+}
+
+// recvWrite places a WRITE packet into the region its RETH names.
+func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
+	nak := func(syn bth.Syndrome) bool {
+		q.in = inMsg{}
+		if reliable {
+			q.fatalNak(syn)
+		}
+		return false
+	}
+	if op.IsFirst() {
+		va, rkey, n := f.RETH.VA(), f.RETH.RKey(), f.RETH.DMALen()
+		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
+			return nak(bth.NakRemoteAccessError)
+		}
+		var dst []byte
+		if n > 0 {
+			var ok bool
+			dst, ok = q.mem.Remote(rkey, va, n, AccessRemoteWrite)
+			if !ok || uint32(len(dst)) != n {
+				return nak(bth.NakRemoteAccessError)
+			}
+		}
+		q.in = inMsg{active: !op.IsLast(), write: true, total: n, dst: dst}
+	}
+	n := uint32(len(f.Payload))
+	if uint64(q.in.off)+uint64(n) > uint64(q.in.total) || op.IsLast() && q.in.off+n != q.in.total {
+		return nak(bth.NakInvalidRequest)
+	}
+	if op.HasImm() {
+		// WRITE with immediate consumes a receive request: check first so
+		// that an RNR NAK leaves nothing half done.
+		w, bad := q.takeRecv()
+		if w == nil {
+			if reliable {
+				q.nakSent = true
+				q.e.stats.RNRNaksTx.Add(1)
+				q.sendAck(bth.RNRNakSyndrome(q.attr.MinRNRTimer), q.ePSN)
+			} else {
+				q.in = inMsg{}
+			}
+			return false
+		}
+		_ = bad // the receive request's buffers are not used
+	}
+	copy(q.in.dst[q.in.off:], f.Payload)
+	q.in.off += n
+	if !op.IsLast() {
+		return true
+	}
+	total := q.in.total
+	q.in = inMsg{}
+	q.msn++
+	if op.HasImm() {
+		q.completeRecv(&WC{Opcode: WCRecvRDMAWithImm, Flags: WCWithImm, Imm: f.ImmDt.Imm(), ByteLen: total})
+	}
+	return true
+}
+
+// allocResource takes the oldest responder resource slot.
+func (q *QP) allocResource() *resource {
+	r := &q.res[q.resNext%len(q.res)]
+	q.resNext++
+	if r.pending {
+		q.resActive--
+	}
+	*r = resource{used: true, seq: uint64(q.resNext)}
+	return r
+}
+
+func (q *QP) findResource(psn bth.PSN) *resource {
+	for i := range q.res {
+		r := &q.res[i]
+		if r.used && psn.Diff(r.first) >= 0 && psn.Diff(r.last) <= 0 {
+			return r
+		}
+	}
+	return nil
+}
+
+// readSource checks a READ request's RETH and returns the source range.
+func (q *QP) readSource(f *bth.Frame) ([]byte, bool) {
+	if q.attr.AccessFlags&AccessRemoteRead == 0 {
+		return nil, false
+	}
+	n := f.RETH.DMALen()
+	if n == 0 {
+		return nil, true
+	}
+	if n > maxMsg {
+		return nil, false
+	}
+	b, ok := q.mem.Remote(f.RETH.RKey(), f.RETH.VA(), n, AccessRemoteRead)
+	return b, ok && uint32(len(b)) == n
+}
+
+func (q *QP) readPackets(n uint32) uint32 {
+	if n <= q.mtu {
+		return 1
+	}
+	return (n + q.mtu - 1) / q.mtu
+}
+
+func (q *QP) recvRead(f *bth.Frame, psn bth.PSN) bool {
+	src, ok := q.readSource(f)
+	if !ok {
+		q.fatalNak(bth.NakRemoteAccessError)
+		return false
+	}
+	q.flushAck()
+	r := q.allocResource()
+	r.first, r.src = psn, src
+	r.last = psn.Add(q.readPackets(uint32(len(src))) - 1)
+	q.startResponse(r, psn)
+	q.ePSN = r.last.Add(1)
+	q.msn++
+	return true
+}
+
+func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
+	a := f.AtomicETH
+	if q.attr.AccessFlags&AccessRemoteAtomic == 0 {
+		q.fatalNak(bth.NakRemoteAccessError)
+		return false
+	}
+	if a.VA()%8 != 0 {
+		q.fatalNak(bth.NakInvalidRequest)
+		return false
+	}
+	b, ok := q.mem.Remote(a.RKey(), a.VA(), 8, AccessRemoteAtomic)
+	if !ok || len(b) != 8 {
+		q.fatalNak(bth.NakRemoteAccessError)
+		return false
+	}
+	q.flushAck()
+	orig := binary.LittleEndian.Uint64(b)
+	v := orig + a.SwapAdd()
+	if op == bth.RCCompareSwap {
+		v = orig
+		if orig == a.Compare() {
+			v = a.SwapAdd()
+		}
+	}
+	binary.LittleEndian.PutUint64(b, v)
+	r := q.allocResource()
+	r.atomic, r.first, r.last, r.orig = true, psn, psn, orig
+	q.startResponse(r, psn)
+	q.msn++
+	return true
+}
+
+func (q *QP) startResponse(r *resource, psn bth.PSN) {
+	if !r.pending {
+		q.resActive++
+	}
+	r.pending, r.startPSN, r.sendPSN = true, psn, psn
+}
+
+// duplicate answers a request the responder has already executed: SEND
+// and WRITE are re-ACKed, READ and atomics replayed from the responder
+// resources (an atomic never runs twice).
+func (q *QP) duplicate(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
+	q.e.stats.Duplicates.Add(1)
+	switch {
+	case op == bth.RCReadRequest:
+		if r := q.findResource(psn); r != nil && !r.atomic {
+			q.flushAck()
+			q.startResponse(r, psn)
+			return
+		}
+		// Not kept any more: a READ can run again.
+		src, ok := q.readSource(f)
+		if !ok {
+			return
+		}
+		q.flushAck()
+		r := q.allocResource()
+		r.first, r.src = psn, src
+		r.last = psn.Add(q.readPackets(uint32(len(src))) - 1)
+		q.startResponse(r, psn)
+	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
+		if r := q.findResource(psn); r != nil && r.atomic && r.first == psn {
+			q.flushAck()
+			q.startResponse(r, psn)
+		}
+	default:
+		q.ackDue = true
+		q.ackPSN = q.ePSN.Sub(1)
+	}
+}
+
+// flushAck sends the coalesced ACK now, before a response that must follow it.
+func (q *QP) flushAck() {
+	if q.ackDue {
+		q.ackDue = false
+		q.sendAck(bth.SyndromeACKNoCredits, q.ackPSN)
+	}
+}
+
+// sendAck sends an ACKNOWLEDGE (ACK or NAK) for psn with the current MSN.
+func (q *QP) sendAck(syn bth.Syndrome, psn bth.PSN) {
+	if syn != bth.SyndromeACKNoCredits {
+		q.flushAck()
+	}
+	buf := q.alloc()
+	if buf == nil {
+		return
+	}
+	ff := &q.ff
+	ff.BTH = bth.BTHFields{Opcode: bth.RCAck, PKey: q.attr.PKey, DestQP: q.attr.DestQPN, PSN: psn}
+	ff.AETH = bth.AETHFields{Syndrome: syn, MSN: bth.PSN(q.msn & bth.PSNMask)}
+	q.send(buf, ff, 0)
+}
+
+// flushResponses sends pending READ responses and atomic ACKs, oldest
+// first, then the coalesced ACK.
+func (q *QP) flushResponses() {
+	for q.resActive > 0 && !q.blocked {
+		var r *resource
+		for i := range q.res {
+			x := &q.res[i]
+			if x.pending && (r == nil || x.seq < r.seq) {
+				r = x
+			}
+		}
+		if r == nil {
+			q.resActive = 0
+			break
+		}
+		for r.pending {
+			buf := q.alloc()
+			if buf == nil {
+				return
+			}
+			q.sendResponse(r, buf)
+		}
+	}
+	if !q.blocked {
+		q.flushAck()
+	}
+}
+
+// sendResponse sends r's next response packet.
+func (q *QP) sendResponse(r *resource, buf []byte) {
+	ff := &q.ff
+	psn := r.sendPSN
+	ff.BTH = bth.BTHFields{PKey: q.attr.PKey, DestQP: q.attr.DestQPN, PSN: psn}
+	ff.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKNoCredits, MSN: bth.PSN(q.msn & bth.PSNMask)}
+	n := 0
+	if r.atomic {
+		ff.BTH.Opcode = bth.RCAtomicAck
+		ff.AtomicAck = r.orig
+	} else {
+		off := uint32(psn.Diff(r.first)) * q.mtu
+		n = int(min(q.mtu, uint32(len(r.src))-off))
+		first, last := psn == r.startPSN, psn == r.last
+		switch {
+		case first && last:
+			ff.BTH.Opcode = bth.RCReadResponseOnly
+		case first:
+			ff.BTH.Opcode = bth.RCReadResponseFirst
+		case last:
+			ff.BTH.Opcode = bth.RCReadResponseLast
+		default:
+			ff.BTH.Opcode = bth.RCReadResponseMiddle
+		}
+		copy(buf[ff.HeaderLen():], r.src[off:off+uint32(n)])
+	}
+	q.send(buf, ff, n)
+	if psn == r.last {
+		r.pending = false
+		q.resActive--
+	} else {
+		r.sendPSN = psn.Add(1)
+	}
+}
+
+// ucRequest is the UC responder: no ACKs; a PSN gap drops the message in
+// progress and the responder waits for the next FIRST or ONLY.
+func (q *QP) ucRequest(f *bth.Frame, op bth.Opcode) bool {
+	psn := f.BTH.PSN()
+	if psn != q.ePSN && q.in.active {
+		q.in = inMsg{}
+	}
+	q.ePSN = psn.Add(1)
+	cont := op.IsMiddle() || !op.IsFirst() && op.IsLast()
+	if cont && (!q.in.active || q.in.write != op.IsWrite()) || !cont && q.in.active || !q.payloadOK(op, len(f.Payload)) {
+		q.in = inMsg{}
+		return false
+	}
+	if op.IsSend() {
+		return q.recvSend(f, op, false)
+	}
+	return q.recvWrite(f, op, false)
+}
+
+// grhSize is the room a UD receive buffer keeps for the GRH.
+const grhSize = 40
+
+// udRequest is the UD responder: Q_Key check, one packet per message, the
+// GRH area first in the receive buffer.
+func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
+	if f.DETH.QKey() != q.attr.QKey {
+		return false
+	}
+	w, bad := q.takeRecv()
+	if w == nil {
+		return false
+	}
+	if bad {
+		q.completeRecv(&WC{Status: WCLocProtErr, Opcode: WCRecv})
+		return false
+	}
+	n := uint32(len(f.Payload))
+	if uint64(n)+grhSize > uint64(w.capacity) {
+		q.completeRecv(&WC{Status: WCLocLenErr, Opcode: WCRecv})
+		return false
+	}
+	var grh [grhSize]byte
+	if f.IPv4 != nil {
+		copy(grh[20:], f.IPv4[:bth.IPv4Size])
+	} else {
+		copy(grh[:], f.IPv6[:bth.IPv6Size])
+	}
+	scatter(w.dst, 0, grh[:])
+	scatter(w.dst, grhSize, f.Payload)
+	wc := WC{Opcode: WCRecv, Flags: WCWithGRH, ByteLen: n + grhSize, SrcQP: f.DETH.SrcQP()}
+	if op.HasImm() {
+		wc.Flags |= WCWithImm
+		wc.Imm = f.ImmDt.Imm()
+	}
+	q.completeRecv(&wc)
+	return true
+}
