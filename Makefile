@@ -1,0 +1,76 @@
+# xroce: a pure-Go RoCE v2 stack over AF_XDP.
+# `make help` lists the targets. Everything here runs as root on Debian (CI does).
+
+GO        ?= go
+PKGS      ?= ./...
+BIN       ?= bin/xroce
+STATICCHECK_VERSION ?= v0.8.2
+GOBIN     := $(shell $(GO) env GOPATH)/bin
+FUZZTIME  ?= 20s
+BENCHTIME ?= 1s
+BENCH     ?= .
+export CGO_ENABLED := 0
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install what the build and tests need (Go modules, tshark, iproute2, staticcheck).
+	@missing=""; \
+	for p in tshark:tshark ip:iproute2 tc:iproute2; do \
+		cmd=$${p%%:*}; pkg=$${p##*:}; \
+		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get install$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@modprobe sch_netem 2>/dev/null || true
+	$(GO) mod download
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: build
+build: ## Build the xroce tool (static, no cgo) into bin/xroce.
+	$(GO) build -o $(BIN) ./cmd/xroce
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck; fails on any finding.
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GOBIN)/staticcheck $(PKGS)
+
+.PHONY: test
+test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark).
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -race -timeout 10m ./link/... ./bth/...
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
+	@echo "benchmarks: smoke run ok"
+
+.PHONY: test-short
+test-short: ## Unit tests only (no root needed; root-only tests skip).
+	$(GO) test -short -count=1 $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 20s).
+	@for pkg in $$($(GO) list $(PKGS)); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+.PHONY: bench
+bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print them.
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)
+
+.PHONY: demo
+demo: deps build ## The main job: the xroce demo.
+	./$(BIN) dump testdata/pcaps/01_rc_pingpong.pcap
+
+.PHONY: clean
+clean: ## Remove build output.
+	rm -rf bin

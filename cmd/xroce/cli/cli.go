@@ -1,0 +1,173 @@
+// Package cli implements the xroce command: one binary with subcommands, each
+// a function from arguments to an error, so tests can drive them without a
+// process and main stays a few lines.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sort"
+	"strings"
+)
+
+// A command is one xroce subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a subcommand writes to.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+}
+
+var commands = []command{
+	{"dump", "decode RoCE v2 packets from a pcap or pcapng capture", runDump},
+	{"version", "print the version", runVersion},
+}
+
+// errUsage marks an error in the command line; the command exits with 2.
+var errUsage = errors.New("usage")
+
+// usageError is a command-line mistake: what was wrong and where to get help.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Is(target error) bool {
+	return target == errUsage
+}
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// ExitCode is the process exit status for an error returned by Run: 2 for a
+// bad command line (as the standard flag package does), 1 otherwise.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		return 1
+	}
+}
+
+// Run runs the xroce command with args (without the program name).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		printHelp(stderr)
+		return usagef("no command given; see 'xroce help'")
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 {
+			if c := lookup(rest[0]); c != nil {
+				return c.run(ctx, e, []string{"-h"})
+			}
+			return usagef("unknown command %q; see 'xroce help'", rest[0])
+		}
+		printHelp(stdout)
+		return nil
+	}
+	c := lookup(name)
+	if c == nil {
+		return usagef("unknown command %q; see 'xroce help'", name)
+	}
+	err := c.run(ctx, e, rest)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "xroce: RoCE v2 (RDMA over Converged Ethernet) in user space, in pure Go.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: xroce <command> [flags] [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, lookup(n).summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'xroce help <command>' or 'xroce <command> -h' for a command's flags and examples.")
+}
+
+// newFlagSet makes a flag set that prints the command's usage, flags and
+// examples to stderr, and returns errors instead of exiting.
+func newFlagSet(e *env, name, synopsis, about, examples string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: xroce %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(about))
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(w, "\nFlags:")
+			fs.PrintDefaults()
+		}
+		if examples != "" {
+			fmt.Fprintf(w, "\nExamples:\n%s\n", strings.TrimRight(examples, "\n"))
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args and turns flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	return nil
+}
+
+func runVersion(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "version", "", "Print the xroce version and the Go toolchain that built it.", "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	version, goVersion := "(devel)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				version += " " + s.Value[:12]
+			}
+		}
+	}
+	fmt.Fprintf(e.stdout, "xroce %s %s\n", version, goVersion)
+	return nil
+}
+
+var errHelp = flag.ErrHelp

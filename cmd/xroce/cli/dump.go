@@ -1,0 +1,502 @@
+package cli
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+)
+
+const dumpAbout = `
+Decode every RoCE v2 packet in a capture (pcap or pcapng; Ethernet, Linux
+cooked or raw IP links), one line each: time, addresses, opcode, destination
+QP, PSN, AckReq (A), the key fields of the extension headers, payload length
+and whether the ICRC is right. Packets that are not RoCE v2 (not UDP port
+4791) are counted and skipped. A summary follows: packets per opcode, ICRC
+failures, and for each queue pair the PSN gaps and retransmissions seen.
+
+With -v every header field is printed, and the BTH and extension headers are
+drawn as the IBTA specification draws them, bit by bit.`
+
+const dumpExamples = `  xroce dump bth/testdata/01_rc_pingpong.pcap
+  xroce dump -v -c 3 capture.pcapng
+  xroce dump -x -q capture.pcap     # payload in hex, no summary`
+
+type dumpOptions struct {
+	verbose   bool
+	hexdump   bool
+	count     int
+	quiet     bool
+	noSummary bool
+}
+
+func runDump(_ context.Context, e *env, args []string) error {
+	var o dumpOptions
+	fs := newFlagSet(e, "dump", "[flags] FILE", dumpAbout, dumpExamples)
+	fs.BoolVar(&o.verbose, "v", false, "print every header field, with bit diagrams of the BTH and extension headers")
+	fs.BoolVar(&o.hexdump, "x", false, "print each packet's payload in hex")
+	fs.IntVar(&o.count, "c", 0, "stop after `N` RoCE packets (0: all)")
+	fs.BoolVar(&o.quiet, "q", false, "no per-packet lines: the summary only")
+	fs.BoolVar(&o.noSummary, "no-summary", false, "no summary at the end")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usagef("dump: want exactly one capture file, got %d", len(pos))
+	}
+	if o.count < 0 {
+		return usagef("dump: -c must be 0 or more")
+	}
+	f, err := os.Open(pos[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	src, err := openCapture(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	d := newDumper(e.stdout, o)
+	err = d.run(src)
+	if !o.noSummary {
+		d.summary()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	if d.icrcBad > 0 || d.malformed > 0 {
+		return fmt.Errorf("%s: %d packets with a bad ICRC, %d malformed", pos[0], d.icrcBad, d.malformed)
+	}
+	return nil
+}
+
+// flowKey names one direction of one queue pair: packets from src to dst
+// for destination QP qp. Requests and read responses are tracked apart.
+type flowKey struct {
+	src, dst netip.Addr
+	qp       uint32
+	response bool
+}
+
+// flow is what dump learns about one flowKey's PSN sequence.
+type flow struct {
+	packets   int
+	first     bth.PSN
+	last      bth.PSN
+	next      bth.PSN // expected PSN of the next packet
+	known     bool    // next is known
+	gaps      int     // times the PSN jumped ahead
+	missing   int     // PSNs skipped by those jumps
+	retrans   int     // packets whose PSN went back (retransmissions, duplicates)
+	naks      map[string]int
+	inMessage bool // responses: inside a multi-packet read response
+}
+
+type dumper struct {
+	w   io.Writer
+	o   dumpOptions
+	f   bth.Frame
+	t0  time.Time
+	buf []byte // one output line
+
+	packets, roce, other, malformed, icrcBad int
+	byOpcode                                 map[bth.Opcode]int
+	flows                                    map[flowKey]*flow
+	mtu                                      int // learned from FIRST/MIDDLE payloads (they are exactly one MTU)
+}
+
+func newDumper(w io.Writer, o dumpOptions) *dumper {
+	return &dumper{w: w, o: o, byOpcode: map[bth.Opcode]int{}, flows: map[flowKey]*flow{}}
+}
+
+func (d *dumper) run(src *packetSource) error {
+	for d.o.count == 0 || d.roce < d.o.count {
+		frame, ci, err := src.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		d.packets++
+		if d.packets == 1 {
+			d.t0 = ci.Timestamp
+		}
+		ts := relTime(d.t0, ci.Timestamp)
+		if frame == nil || !looksRoCE(frame) {
+			d.other++
+			continue
+		}
+		d.roce++
+		if err := d.f.Decode(frame); err != nil {
+			d.malformed++
+			if !d.o.quiet {
+				fmt.Fprintf(d.w, "%6d %s malformed RoCE v2 packet: %v\n", d.packets, ts, err)
+			}
+			continue
+		}
+		ok := d.f.VerifyICRC()
+		if !ok {
+			d.icrcBad++
+		}
+		d.account()
+		if d.o.quiet {
+			continue
+		}
+		d.line(ts, ok)
+		if d.o.verbose {
+			d.detail(ok)
+		}
+		if d.o.hexdump && len(d.f.Payload) > 0 {
+			fmt.Fprint(d.w, indent(hex.Dump(d.f.Payload), "        "))
+		}
+	}
+	return nil
+}
+
+// looksRoCE reports whether a frame is addressed to UDP port 4791, reading
+// only as far as the headers the frame has: anything else is simply not
+// RoCE, while a RoCE frame that fails to decode is malformed.
+func looksRoCE(b []byte) bool {
+	if len(b) < 14 {
+		return false
+	}
+	et, off := binary.BigEndian.Uint16(b[12:]), 14
+	if et == 0x8100 && len(b) >= 18 {
+		et, off = binary.BigEndian.Uint16(b[16:]), 18
+	}
+	var proto byte
+	var udp int
+	switch et {
+	case 0x0800:
+		if len(b) < off+20 {
+			return false
+		}
+		proto, udp = b[off+9], off+int(b[off]&0xf)*4
+		if binary.BigEndian.Uint16(b[off+6:])&0x1fff != 0 {
+			return false // a later fragment: no UDP header
+		}
+	case 0x86dd:
+		if len(b) < off+40 {
+			return false
+		}
+		proto, udp = b[off+6], off+40
+	default:
+		return false
+	}
+	return proto == 17 && len(b) >= udp+4 && binary.BigEndian.Uint16(b[udp+2:]) == bth.UDPPort
+}
+
+// account updates the opcode counts and the PSN tracking of the packet's flow.
+func (d *dumper) account() {
+	op := d.f.Opcode()
+	d.byOpcode[op]++
+	if (op.IsFirst() && !op.IsLast() || op.IsMiddle()) && len(d.f.Payload) > d.mtu {
+		d.mtu = len(d.f.Payload)
+	}
+	if op == bth.OpCNP {
+		return
+	}
+	resp := op.IsReadResponse() || op == bth.RCAck || op == bth.RCAtomicAck
+	key := flowKey{src: d.f.SrcIP(), dst: d.f.DstIP(), qp: d.f.BTH.DestQP(), response: resp}
+	fl := d.flows[key]
+	if fl == nil {
+		fl = &flow{first: d.f.BTH.PSN()}
+		d.flows[key] = fl
+	}
+	fl.packets++
+	psn := d.f.BTH.PSN()
+	fl.last = psn
+	if d.f.AETH != nil {
+		if s := d.f.AETH.Syndrome(); !s.IsACK() {
+			if fl.naks == nil {
+				fl.naks = map[string]int{}
+			}
+			fl.naks[s.String()]++
+		}
+	}
+	if resp {
+		// Responses: only the packets inside one read response are
+		// consecutive; ACKs are coalesced, so they skip PSNs by design.
+		if !op.IsReadResponse() {
+			return
+		}
+		if op.IsMiddle() || op.IsLast() && !op.IsFirst() {
+			if fl.inMessage {
+				d.step(fl, psn)
+			}
+		}
+		fl.inMessage = !op.IsLast()
+		fl.next, fl.known = psn.Add(1), true
+		return
+	}
+	d.step(fl, psn)
+	consumed := uint32(1)
+	if op == bth.RCReadRequest && d.f.RETH != nil {
+		n := d.f.RETH.DMALen()
+		switch {
+		case d.mtu > 0:
+			consumed = max(1, (n+uint32(d.mtu)-1)/uint32(d.mtu))
+		case n > 0:
+			// The path MTU is not known yet: the next PSN cannot be
+			// predicted, so the next packet starts the count again.
+			fl.known = false
+			return
+		}
+	}
+	fl.next, fl.known = psn.Add(consumed), true
+}
+
+// step compares a packet's PSN with the expected one.
+func (d *dumper) step(fl *flow, psn bth.PSN) {
+	if !fl.known {
+		return
+	}
+	switch diff := psn.Diff(fl.next); {
+	case diff > 0:
+		fl.gaps++
+		fl.missing += int(diff)
+	case diff < 0:
+		fl.retrans++
+	}
+}
+
+// line prints the one-line form of the decoded packet.
+func (d *dumper) line(ts string, icrcOK bool) {
+	f := &d.f
+	b := d.buf[:0]
+	b = fmt.Appendf(b, "%6d %s %s > %s %-28s QP 0x%06x PSN %-8d", d.packets, ts, f.SrcIP(), f.DstIP(),
+		f.Opcode(), f.BTH.DestQP(), f.BTH.PSN())
+	if f.BTH.AckReq() {
+		b = append(b, " A"...)
+	} else {
+		b = append(b, "  "...)
+	}
+	b = appendExt(b, f)
+	b = fmt.Appendf(b, " len %d", len(f.Payload))
+	if icrcOK {
+		b = append(b, " ICRC ok\n"...)
+	} else {
+		b = fmt.Appendf(b, " ICRC BAD (0x%08x, want 0x%08x)\n", f.ICRC, f.ComputeICRC())
+	}
+	d.buf = b
+	d.w.Write(b)
+}
+
+// appendExt appends the key fields of each extension header present.
+func appendExt(b []byte, f *bth.Frame) []byte {
+	if f.DETH != nil {
+		b = fmt.Appendf(b, " DETH qkey 0x%08x srcqp 0x%06x", f.DETH.QKey(), f.DETH.SrcQP())
+	}
+	if f.FETH != nil {
+		b = fmt.Appendf(b, " FETH sel %d plt %d", f.FETH.SelectivityLevel(), f.FETH.PlacementType())
+	}
+	if f.RETH != nil {
+		b = fmt.Appendf(b, " RETH va 0x%x rkey 0x%08x dlen %d", f.RETH.VA(), f.RETH.RKey(), f.RETH.DMALen())
+	}
+	if f.AtomicETH != nil {
+		a := f.AtomicETH
+		b = fmt.Appendf(b, " AtomicETH va 0x%x rkey 0x%08x swap/add 0x%x cmp 0x%x", a.VA(), a.RKey(), a.SwapAdd(), a.Compare())
+	}
+	if f.AETH != nil {
+		b = fmt.Appendf(b, " AETH %s msn %d", f.AETH.Syndrome(), f.AETH.MSN())
+	}
+	if f.AtomicAckETH != nil {
+		b = fmt.Appendf(b, " orig 0x%x", f.AtomicAckETH.OrigRemoteData())
+	}
+	if f.ImmDt != nil {
+		b = fmt.Appendf(b, " imm 0x%08x", f.ImmDt.Imm())
+	}
+	if f.IETH != nil {
+		b = fmt.Appendf(b, " IETH rkey 0x%08x", f.IETH.RKey())
+	}
+	return b
+}
+
+func boolBit(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// detail prints every field of every header of the decoded packet.
+func (d *dumper) detail(icrcOK bool) {
+	f, w := &d.f, d.w
+	fmt.Fprintf(w, "  Ethernet  dst %s  src %s  type 0x%04x\n", f.DstMAC(), f.SrcMAC(), f.Eth.EtherType())
+	if f.VLAN != nil {
+		fmt.Fprintf(w, "  802.1Q    pcp %d  dei %d  vid %d  type 0x%04x\n", f.VLAN.PCP(), boolBit(f.VLAN.DEI()), f.VLAN.ID(), f.VLAN.EtherType())
+	}
+	if ip := f.IPv4; ip != nil {
+		fmt.Fprintf(w, "  IPv4      version 4  ihl %d  tos 0x%02x (dscp %d ecn %d)  total length %d  id 0x%04x\n",
+			ip.IHL(), ip.TOS(), ip.TOS()>>2, ip.TOS()&3, ip.TotalLen(), ip.ID())
+		fmt.Fprintf(w, "            flags%s%s  fragment offset %d  ttl %d  protocol %d (UDP)  checksum 0x%04x\n",
+			map[bool]string{true: " DF", false: ""}[ip.DF()], map[bool]string{true: " MF", false: ""}[ip.MF()],
+			ip.FragOff(), ip.TTL(), ip.Protocol(), ip.Checksum())
+		fmt.Fprintf(w, "            src %s  dst %s\n", ip.Src(), ip.Dst())
+	}
+	if ip := f.IPv6; ip != nil {
+		fmt.Fprintf(w, "  IPv6      traffic class 0x%02x  flow label 0x%05x  payload length %d  next header %d (UDP)  hop limit %d\n",
+			ip.TrafficClass(), ip.FlowLabel(), ip.PayloadLen(), ip.NextHeader(), ip.HopLimit())
+		fmt.Fprintf(w, "            src %s  dst %s\n", ip.Src(), ip.Dst())
+	}
+	fmt.Fprintf(w, "  UDP       src port %d  dst port %d (RoCE v2)  length %d  checksum 0x%04x\n",
+		f.UDP.SrcPort(), f.UDP.DstPort(), f.UDP.Length(), f.UDP.Checksum())
+	h := f.BTH
+	fmt.Fprintf(w, "\n")
+	drawHeader(w, fmt.Sprintf("BTH: base transport header, 12 bytes (opcode 0x%02x = %s)", uint8(h.Opcode()), h.Opcode()), []field{
+		{"OpCode", 8, uint64(h.Opcode()), true},
+		{"S", 1, boolBit(h.SE()), false}, {"M", 1, boolBit(h.MigReq()), false},
+		{"Pad", 2, uint64(h.PadCnt()), false}, {"TVer", 4, uint64(h.TVer()), false},
+		{"P_Key", 16, uint64(h.PKey()), true},
+		{"F", 1, boolBit(h.FECN()), false}, {"B", 1, boolBit(h.BECN()), false}, {"Resv6", 6, uint64(h[4] & 0x3f), false},
+		{"DestQP", 24, uint64(h.DestQP()), true},
+		{"A", 1, boolBit(h.AckReq()), false}, {"Resv7", 7, uint64(h[8] & 0x7f), false},
+		{"PSN", 24, uint64(h.PSN()), false},
+	})
+	fmt.Fprintln(w, "  S solicited event, M migration request, Pad pad count, F FECN, B BECN, A AckReq")
+	if x := f.DETH; x != nil {
+		drawHeader(w, "DETH: datagram extended transport header, 8 bytes", []field{
+			{"Q_Key", 32, uint64(x.QKey()), true}, {"Reserved", 8, uint64(x[4]), false}, {"SrcQP", 24, uint64(x.SrcQP()), true}})
+	}
+	if x := f.FETH; x != nil {
+		drawHeader(w, "FETH: flush extended transport header, 4 bytes", []field{
+			{"Reserved", 26, uint64(binary.BigEndian.Uint32(x) >> 6), false},
+			{"SelLevel", 2, uint64(x.SelectivityLevel()), false}, {"PlType", 4, uint64(x.PlacementType()), false}})
+	}
+	if x := f.RETH; x != nil {
+		drawHeader(w, "RETH: RDMA extended transport header, 16 bytes", []field{
+			{"VA", 64, x.VA(), true}, {"R_Key", 32, uint64(x.RKey()), true}, {"DMA Length", 32, uint64(x.DMALen()), false}})
+	}
+	if x := f.AtomicETH; x != nil {
+		drawHeader(w, "AtomicETH: atomic extended transport header, 28 bytes", []field{
+			{"VA", 64, x.VA(), true}, {"R_Key", 32, uint64(x.RKey()), true},
+			{"Swap/Add", 64, x.SwapAdd(), true}, {"Compare", 64, x.Compare(), true}})
+	}
+	if x := f.AETH; x != nil {
+		drawHeader(w, fmt.Sprintf("AETH: ACK extended transport header, 4 bytes (%s)", x.Syndrome()), []field{
+			{"Syndrome", 8, uint64(x.Syndrome()), true}, {"MSN", 24, uint64(x.MSN()), false}})
+	}
+	if x := f.AtomicAckETH; x != nil {
+		drawHeader(w, "AtomicAckETH: atomic ACK extended transport header, 8 bytes", []field{
+			{"Original Remote Data", 64, x.OrigRemoteData(), true}})
+	}
+	if x := f.ImmDt; x != nil {
+		drawHeader(w, "ImmDt: immediate data, 4 bytes", []field{{"Immediate Data", 32, uint64(x.Imm()), true}})
+	}
+	if x := f.IETH; x != nil {
+		drawHeader(w, "IETH: invalidate extended transport header, 4 bytes", []field{{"R_Key", 32, uint64(x.RKey()), true}})
+	}
+	fmt.Fprintf(w, "  payload   %d bytes, pad %d\n", len(f.Payload), f.PadLen)
+	if icrcOK {
+		fmt.Fprintf(w, "  ICRC      0x%08x (ok)\n\n", f.ICRC)
+	} else {
+		fmt.Fprintf(w, "  ICRC      0x%08x (BAD: computed 0x%08x)\n\n", f.ICRC, f.ComputeICRC())
+	}
+}
+
+func (d *dumper) summary() {
+	w := d.w
+	fmt.Fprintf(w, "\n%d packets: %d RoCE v2, %d other (skipped), %d malformed; ICRC: %d ok, %d bad\n",
+		d.packets, d.roce, d.other, d.malformed, d.roce-d.malformed-d.icrcBad, d.icrcBad)
+	if len(d.byOpcode) > 0 {
+		fmt.Fprintln(w, "\nPackets by opcode:")
+		ops := make([]bth.Opcode, 0, len(d.byOpcode))
+		for op := range d.byOpcode {
+			ops = append(ops, op)
+		}
+		sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
+		for _, op := range ops {
+			fmt.Fprintf(w, "  0x%02x %-30s %8d\n", uint8(op), op, d.byOpcode[op])
+		}
+	}
+	if len(d.flows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nQueue pairs (source > destination, destination QP):")
+	keys := make([]flowKey, 0, len(d.flows))
+	for k := range d.flows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if c := a.src.Compare(b.src); c != 0 {
+			return c < 0
+		}
+		if c := a.dst.Compare(b.dst); c != 0 {
+			return c < 0
+		}
+		if a.qp != b.qp {
+			return a.qp < b.qp
+		}
+		return !a.response && b.response
+	})
+	for _, k := range keys {
+		fl := d.flows[k]
+		kind := "requests "
+		if k.response {
+			kind = "responses"
+		}
+		fmt.Fprintf(w, "  %s > %s QP 0x%06x %s %6d packets, PSN %d..%d", k.src, k.dst, k.qp, kind, fl.packets, fl.first, fl.last)
+		fmt.Fprintf(w, ", %d gaps (%d PSNs missing), %d retransmitted", fl.gaps, fl.missing, fl.retrans)
+		if len(fl.naks) > 0 {
+			var parts []string
+			for s, n := range fl.naks {
+				parts = append(parts, fmt.Sprintf("%d %s", n, s))
+			}
+			sort.Strings(parts)
+			fmt.Fprintf(w, ", %s", strings.Join(parts, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(prefix + l)
+		}
+	}
+	return b.String()
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments, as tcpdump and the perftest tools allow, and returns
+// the positional ones. "--" ends the flags.
+func parseInterspersed(fs interface {
+	Parse([]string) error
+	Args() []string
+	Name() string
+}, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, errHelp) {
+				return nil, err
+			}
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
