@@ -197,7 +197,7 @@ type PipeEnd struct {
 	busy   int64 // with Rate: when the wire is free again, ns since epoch
 	extra  [7]uint64
 
-	// Counters, written under p.mu, read atomically by Stats.
+	// Counters: atomic so that Stats, from any goroutine, needs no lock.
 	rxFrames, rxBytes, txFrames, txBytes atomic.Uint64
 	rxDropped, txDropped, txNoBuffers    atomic.Uint64
 	wakeups                              atomic.Uint64

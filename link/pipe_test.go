@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -951,4 +952,79 @@ func BenchmarkPipeTwoGoroutines(b *testing.B) {
 		b.Fatalf("received %d, dropped %d of %d", s.RxFrames, s.RxDropped, total)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
+}
+
+// TestPipeConservation drives both ends with random operations (for many
+// seeds) and checks after each that every buffer is accounted for exactly
+// once: free, owned by the caller, or holding a frame in flight.
+func TestPipeConservation(t *testing.T) {
+	const buffers = 16
+	for seed := range uint64(50) {
+		clk := &fakeClock{}
+		f := Faults{Loss: 0.1, Duplicate: 0.2, Corrupt: 0.1, Reorder: 0.2, ReorderGap: 2, Jitter: 3 * time.Microsecond, Rate: 1e9}
+		a, b := NewPipe(PipeConfig{Seed: seed, Buffers: buffers, MTU: 200, Clock: clk.Now, AtoB: f, BtoA: f})
+		rng := rand.New(rand.NewPCG(seed, 99))
+		owned := map[*PipeEnd][][]byte{a: nil, b: nil}
+		check := func(op string) {
+			for _, e := range []*PipeEnd{a, b} {
+				e.p.mu.Lock()
+				var count [4]int
+				for _, s := range e.state {
+					count[s]++
+				}
+				free, flights := len(e.free), len(e.queue)+len(e.held)
+				e.p.mu.Unlock()
+				if count[bufFree] != free || count[bufUser] != len(owned[e]) || count[bufFlight] != flights || count[bufClaimed] != 0 ||
+					free+len(owned[e])+flights != buffers {
+					t.Fatalf("seed %d after %s: %s has %v by state, %d free, %d owned, %d in flight; want %d in all",
+						seed, op, e.Info().Name, count, free, len(owned[e]), flights, buffers)
+				}
+			}
+		}
+		for range 2000 {
+			e := a
+			if rng.IntN(2) == 1 {
+				e = b
+			}
+			bufs := make([][]byte, rng.IntN(6))
+			switch op := rng.IntN(5); op {
+			case 0:
+				n := e.Alloc(bufs)
+				owned[e] = append(owned[e], bufs[:n]...)
+				check("Alloc")
+			case 1, 2: // transmit or release some owned buffers
+				k := rng.IntN(len(owned[e]) + 1)
+				give := owned[e][:k]
+				for i := range give {
+					if op == 1 {
+						give[i] = frame(give[i], rng.Uint64(), 16+rng.IntN(200))
+					}
+				}
+				if op == 1 {
+					e.Transmit(give)
+				} else {
+					e.Release(give)
+				}
+				owned[e] = slices.Clone(owned[e][k:])
+				check("Transmit/Release")
+			case 3:
+				n, err := e.Receive(bufs, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				owned[e] = append(owned[e], bufs[:n]...)
+				check("Receive")
+			case 4:
+				clk.Advance(time.Duration(rng.IntN(20)) * time.Microsecond)
+			}
+		}
+		for _, e := range []*PipeEnd{a, b} {
+			e.Release(owned[e])
+			owned[e] = nil
+		}
+		clk.Advance(time.Second)
+		drain(t, a)
+		drain(t, b)
+		check("drain")
+	}
 }
