@@ -32,77 +32,82 @@ const (
 )
 
 // roceFilter is the socket filter Open attaches: it accepts RoCE v2 frames
-// only, with the same rules as the XDP program in package bpf. Classic BPF
-// loads past the end of the frame make the filter return 0, so truncated
-// frames are rejected without explicit length checks. The kernel strips an
+// only, with the same rules as the XDP program in package bpf. A classic BPF
+// load past the end of the frame makes the filter return 0, so a frame too
+// short for any header it reads is rejected; instructions 19 and 27 read the
+// last byte of the UDP header for that reason alone. The kernel strips an
 // 802.1Q tag into skb metadata before taps see the frame (skb_vlan_untag in
 // net/core/dev.c), so a tag may be in the metadata or, on some paths, still
 // in the data; at most one tag in total is accepted. X holds the number of
 // tag bytes left in the data (0 or 4).
 //
 //	 0: ld   pkttype              ; A = skb->pkt_type
-//	 1: jeq  #OUTGOING, 29, 2     ; our own frames: reject
+//	 1: jeq  #OUTGOING, 31, 2     ; our own frames: reject
 //	 2: ldx  #0                   ; X = 0: no tag in the data
 //	 3: ld   vlan_avail           ; did the kernel take a tag off?
 //	 4: jeq  #0, 7, 5
 //	 5: ld   vlan_tpid            ; yes: it must be 802.1Q and the data untagged
-//	 6: jeq  #0x8100, 10, 29
+//	 6: jeq  #0x8100, 10, 31
 //	 7: ldh  [12]                 ; no: EtherType
 //	 8: jeq  #0x8100, 9, 11
 //	 9: ldx  #4                   ; one tag in the data
 //	10: ldh  [x + 12]             ; EtherType after the tag
 //	11: jeq  #0x0800, 13, 12      ; IPv4?
-//	12: jeq  #0x86dd, 21, 29      ; IPv6?
+//	12: jeq  #0x86dd, 22, 31      ; IPv6?
 //	13: ldb  [x + 14]             ; IPv4: version and IHL
-//	14: jeq  #0x45, 15, 29        ; version 4, no options
+//	14: jeq  #0x45, 15, 31        ; version 4, no options
 //	15: ldh  [x + 20]             ; flags and fragment offset
-//	16: jset #0x3fff, 29, 17      ; MF or an offset: a fragment
+//	16: jset #0x3fff, 31, 17      ; MF or an offset: a fragment
 //	17: ldb  [x + 23]             ; protocol
-//	18: jeq  #17, 19, 29          ; UDP
-//	19: ldh  [x + 36]             ; UDP destination port (14 + 20 + 2)
-//	20: jeq  #4791, 28, 29
-//	21: ldb  [x + 14]             ; IPv6: version
-//	22: and  #0xf0
-//	23: jeq  #0x60, 24, 29
-//	24: ldb  [x + 20]             ; next header
-//	25: jeq  #17, 26, 29          ; UDP, no extension headers
-//	26: ldh  [x + 56]             ; UDP destination port (14 + 40 + 2)
-//	27: jeq  #4791, 28, 29
-//	28: ret  #0xffffffff          ; accept the whole frame
-//	29: ret  #0                   ; reject
+//	18: jeq  #17, 19, 31          ; UDP
+//	19: ldb  [x + 41]             ; the UDP header is all there (14 + 20 + 7)
+//	20: ldh  [x + 36]             ; UDP destination port (14 + 20 + 2)
+//	21: jeq  #4791, 30, 31
+//	22: ldb  [x + 14]             ; IPv6: version
+//	23: and  #0xf0
+//	24: jeq  #0x60, 25, 31
+//	25: ldb  [x + 20]             ; next header
+//	26: jeq  #17, 27, 31          ; UDP, no extension headers
+//	27: ldb  [x + 61]             ; the UDP header is all there (14 + 40 + 7)
+//	28: ldh  [x + 56]             ; UDP destination port (14 + 40 + 2)
+//	29: jeq  #4791, 30, 31
+//	30: ret  #0xffffffff          ; accept the whole frame
+//	31: ret  #0                   ; reject
 //
-// Jump offsets in the table are relative to the next instruction.
+// The jump offsets in the table count from the next instruction.
 var roceFilter = [...]unix.SockFilter{
 	/*  0 */ {Code: bpfLdWAbs, K: skfADOff + skfADPktType},
-	/*  1 */ {Code: bpfJeqK, Jt: 27, Jf: 0, K: packetOutgoing},
+	/*  1 */ {Code: bpfJeqK, Jt: 29, Jf: 0, K: packetOutgoing},
 	/*  2 */ {Code: bpfLdxImm, K: 0},
 	/*  3 */ {Code: bpfLdWAbs, K: skfADOff + skfADVLANTagPresent},
 	/*  4 */ {Code: bpfJeqK, Jt: 2, Jf: 0, K: 0},
 	/*  5 */ {Code: bpfLdWAbs, K: skfADOff + skfADVLANTPID},
-	/*  6 */ {Code: bpfJeqK, Jt: 3, Jf: 22, K: 0x8100},
+	/*  6 */ {Code: bpfJeqK, Jt: 3, Jf: 24, K: 0x8100},
 	/*  7 */ {Code: bpfLdHAbs, K: 12},
 	/*  8 */ {Code: bpfJeqK, Jt: 0, Jf: 2, K: 0x8100},
 	/*  9 */ {Code: bpfLdxImm, K: 4},
 	/* 10 */ {Code: bpfLdHInd, K: 12},
 	/* 11 */ {Code: bpfJeqK, Jt: 1, Jf: 0, K: 0x0800},
-	/* 12 */ {Code: bpfJeqK, Jt: 8, Jf: 16, K: 0x86dd},
+	/* 12 */ {Code: bpfJeqK, Jt: 9, Jf: 18, K: 0x86dd},
 	/* 13 */ {Code: bpfLdBInd, K: 14},
-	/* 14 */ {Code: bpfJeqK, Jt: 0, Jf: 14, K: 0x45},
+	/* 14 */ {Code: bpfJeqK, Jt: 0, Jf: 16, K: 0x45},
 	/* 15 */ {Code: bpfLdHInd, K: 20},
-	/* 16 */ {Code: bpfJsetK, Jt: 12, Jf: 0, K: 0x3fff},
+	/* 16 */ {Code: bpfJsetK, Jt: 14, Jf: 0, K: 0x3fff},
 	/* 17 */ {Code: bpfLdBInd, K: 23},
-	/* 18 */ {Code: bpfJeqK, Jt: 0, Jf: 10, K: unix.IPPROTO_UDP},
-	/* 19 */ {Code: bpfLdHInd, K: 36},
-	/* 20 */ {Code: bpfJeqK, Jt: 7, Jf: 8, K: roceV2Port},
-	/* 21 */ {Code: bpfLdBInd, K: 14},
-	/* 22 */ {Code: bpfAndK, K: 0xf0},
-	/* 23 */ {Code: bpfJeqK, Jt: 0, Jf: 5, K: 0x60},
-	/* 24 */ {Code: bpfLdBInd, K: 20},
-	/* 25 */ {Code: bpfJeqK, Jt: 0, Jf: 3, K: unix.IPPROTO_UDP},
-	/* 26 */ {Code: bpfLdHInd, K: 56},
-	/* 27 */ {Code: bpfJeqK, Jt: 0, Jf: 1, K: roceV2Port},
-	/* 28 */ {Code: bpfRetK, K: acceptAll},
-	/* 29 */ {Code: bpfRetK, K: rejectAll},
+	/* 18 */ {Code: bpfJeqK, Jt: 0, Jf: 12, K: unix.IPPROTO_UDP},
+	/* 19 */ {Code: bpfLdBInd, K: 41},
+	/* 20 */ {Code: bpfLdHInd, K: 36},
+	/* 21 */ {Code: bpfJeqK, Jt: 8, Jf: 9, K: roceV2Port},
+	/* 22 */ {Code: bpfLdBInd, K: 14},
+	/* 23 */ {Code: bpfAndK, K: 0xf0},
+	/* 24 */ {Code: bpfJeqK, Jt: 0, Jf: 6, K: 0x60},
+	/* 25 */ {Code: bpfLdBInd, K: 20},
+	/* 26 */ {Code: bpfJeqK, Jt: 0, Jf: 4, K: unix.IPPROTO_UDP},
+	/* 27 */ {Code: bpfLdBInd, K: 61},
+	/* 28 */ {Code: bpfLdHInd, K: 56},
+	/* 29 */ {Code: bpfJeqK, Jt: 0, Jf: 1, K: roceV2Port},
+	/* 30 */ {Code: bpfRetK, K: acceptAll},
+	/* 31 */ {Code: bpfRetK, K: rejectAll},
 }
 
 // dropAllFilter rejects every packet: ListenDiscard's UDP socket uses it.

@@ -77,6 +77,7 @@ type Link struct {
 	rxCount, rxBytes, txCount, txBytes        atomic.Uint64
 	rxDropped, txDropped, txNoBuffers, wakeup atomic.Uint64
 	rxTruncated, rxNoBuffers, badRelease      atomic.Uint64
+	rxVLANRestored                            atomic.Uint64
 	txRetries, recvCalls, sendCalls           atomic.Uint64
 }
 
@@ -541,6 +542,7 @@ func (l *Link) recv(bufs [][]byte) (int, error) {
 			binary.BigEndian.PutUint16(f[12:14], tpid)
 			binary.BigEndian.PutUint16(f[14:16], tci)
 			start, n = slot, n+vlanTagLen
+			l.rxVLANRestored.Add(1)
 		}
 		l.state[idx] = bufCaller
 		bufs[out] = l.slab[start : start+n : slot+l.slotSize]
@@ -565,7 +567,8 @@ func (l *Link) Wakeup() {
 // Stats returns the link's counters. Extra holds the kernel's
 // PACKET_STATISTICS ("kernel_packets" accepted by the filter,
 // "kernel_drops" lost because the socket buffer was full) and the link's
-// own: "rx_truncated", "rx_no_buffers", "bad_release", "tx_retries",
+// own: "rx_truncated", "rx_vlan_restored" (frames whose 802.1Q tag was put
+// back from PACKET_AUXDATA), "rx_no_buffers", "bad_release", "tx_retries",
 // "recvmmsg_calls", "sendmmsg_calls".
 func (l *Link) Stats() link.Stats {
 	l.statsMu.Lock()
@@ -589,14 +592,15 @@ func (l *Link) Stats() link.Stats {
 		TxNoBuffers: l.txNoBuffers.Load(),
 		Wakeups:     l.wakeup.Load(),
 		Extra: map[string]uint64{
-			"kernel_packets": kp,
-			"kernel_drops":   kd,
-			"rx_truncated":   l.rxTruncated.Load(),
-			"rx_no_buffers":  l.rxNoBuffers.Load(),
-			"bad_release":    l.badRelease.Load(),
-			"tx_retries":     l.txRetries.Load(),
-			"recvmmsg_calls": l.recvCalls.Load(),
-			"sendmmsg_calls": l.sendCalls.Load(),
+			"kernel_packets":   kp,
+			"kernel_drops":     kd,
+			"rx_truncated":     l.rxTruncated.Load(),
+			"rx_vlan_restored": l.rxVLANRestored.Load(),
+			"rx_no_buffers":    l.rxNoBuffers.Load(),
+			"bad_release":      l.badRelease.Load(),
+			"tx_retries":       l.txRetries.Load(),
+			"recvmmsg_calls":   l.recvCalls.Load(),
+			"sendmmsg_calls":   l.sendCalls.Load(),
 		},
 	}
 }
