@@ -84,7 +84,14 @@ func Open(ifname string, cfg Config) (_ *Device, err error) {
 			return nil, bpfError(err)
 		}
 		d.prog, d.steer = prog, prog
-		mode, err := prog.Attach(ifi.Index)
+		want := bpf.ModeNone
+		switch cfg.Attach {
+		case AttachDriver:
+			want = bpf.ModeDriver
+		case AttachGeneric:
+			want = bpf.ModeGeneric
+		}
+		mode, err := prog.AttachWithMode(ifi.Index, want)
 		if err != nil {
 			return nil, bpfError(err)
 		}

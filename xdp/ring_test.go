@@ -120,6 +120,8 @@ func TestConfigDefaults(t *testing.T) {
 		{"negative queue", Config{Queues: []int{-1}}, true},
 		{"bad mode", Config{Mode: "turbo"}, true},
 		{"copy", Config{Mode: ModeCopy}, false},
+		{"generic", Config{Attach: AttachGeneric}, false},
+		{"bad attach", Config{Attach: "hw"}, true},
 		{"frame 2048", Config{FrameSize: 2048}, false},
 		{"frame 3000", Config{FrameSize: 3000}, true},
 		{"ring not pow2", Config{RingSize: 1000}, true},

@@ -245,20 +245,40 @@ func sizesUpTo(n, max int) []int {
 }
 
 func TestVethBothWays(t *testing.T) {
-	for _, mtu := range []int{1500, 9000} {
-		t.Run(fmt.Sprint("mtu", mtu), func(t *testing.T) {
-			p, da, db := pairT(t, netns.Config{MTU: mtu}, Config{RingSize: 512})
+	tests := []struct {
+		name string
+		mtu  int
+		cfg  Config
+	}{
+		{"mtu1500", 1500, Config{RingSize: 512}},
+		{"mtu9000", 9000, Config{RingSize: 512}},
+		{"mtu1500/headroom", 1500, Config{RingSize: 512, Headroom: 256}},
+		{"mtu9000/frame2048/headroom", 9000, Config{RingSize: 512, FrameSize: 2048, Headroom: 128}},
+		{"mtu3000/frags", 3000, Config{RingSize: 512, Frags: true}},
+		{"mtu1500/generic", 1500, Config{RingSize: 512, Attach: AttachGeneric}},
+		{"mtu9000/generic", 9000, Config{RingSize: 512, Attach: AttachGeneric}},
+		{"mtu1500/busypoll", 1500, Config{RingSize: 512, BusyPoll: 20 * time.Microsecond, BusyPollBudget: 16}},
+		{"mtu1500/copy", 1500, Config{RingSize: 512, Mode: ModeCopy}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mtu := tt.mtu
+			p, da, db := pairT(t, netns.Config{MTU: mtu}, tt.cfg)
 			a, b := da.Sockets()[0], db.Sockets()[0]
 			info := a.Info()
 			if info.Kind != "af_xdp" || info.Mode != ModeCopy || info.MTU != mtu || info.MaxFrame != mtu+ethOverhead ||
 				info.Index != p.A.Index || info.Name != p.A.Ifname || !bytes.Equal(info.MAC, p.A.MAC) {
 				t.Fatalf("Info() = %+v, want af_xdp copy mode on %s mtu %d", info, p.A.Ifname, mtu)
 			}
-			if m := da.AttachMode(); m != "driver" {
-				t.Errorf("AttachMode() = %q, want driver (veth has native XDP)", m)
+			wantAttach := tt.cfg.Attach
+			if wantAttach == AttachAuto {
+				wantAttach = AttachDriver // veth has native XDP
+			}
+			if m := da.AttachMode(); m != wantAttach {
+				t.Errorf("AttachMode() = %q, want %q", m, wantAttach)
 			}
 			// Frames up to the MTU (an IP packet of MTU bytes plus the
-			// Ethernet header); sent in both directions at once.
+			// Ethernet header); sent in both directions.
 			sizes := sizesUpTo(2000, mtu+ethLen)
 			exchange(t, a, b, p.A, p.B, 0, sizes)
 			exchange(t, b, a, p.B, p.A, 5000, sizes)
@@ -277,8 +297,12 @@ func TestVethBothWays(t *testing.T) {
 					}
 				}
 			}
-			if lin := sb.Extra["rx_linearized"]; (mtu > 3800) != (lin > 0) {
-				t.Errorf("mtu %d: rx_linearized = %d", mtu, lin)
+			room := 4096 - 256 - tt.cfg.Headroom
+			if tt.cfg.FrameSize != 0 {
+				room = tt.cfg.FrameSize - 256 - tt.cfg.Headroom
+			}
+			if lin := sb.Extra["rx_linearized"]; (mtu+ethLen > room) != (lin > 0) {
+				t.Errorf("mtu %d, receive room %d: rx_linearized = %d", mtu, room, lin)
 			}
 			if sa.Wakeups == 0 {
 				t.Errorf("copy-mode TX issued no wakeups")
