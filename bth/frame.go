@@ -114,6 +114,14 @@ func (f *Frame) Decode(b []byte) error {
 		if ip.NextHeader() != ProtocolUDP {
 			return f.fail(LayerIPv6, ReasonNotUDP, off+6)
 		}
+		// IPv4-mapped addresses never appear on the wire (Linux drops
+		// such packets); rejecting them keeps IPv4 and IPv6 distinct.
+		if isV4Mapped(ip[8:24]) {
+			return f.fail(LayerIPv6, ReasonAddress, off+8)
+		}
+		if isV4Mapped(ip[24:40]) {
+			return f.fail(LayerIPv6, ReasonAddress, off+24)
+		}
 		f.IPv6 = ip
 		hdrLen = IPv6Size
 	default:
@@ -171,6 +179,10 @@ func (f *Frame) Decode(b []byte) error {
 	f.ICRC = binary.LittleEndian.Uint32(pkt[end:])
 	f.pkt = pkt
 	return nil
+}
+
+func isV4Mapped(a []byte) bool {
+	return binary.BigEndian.Uint64(a) == 0 && binary.BigEndian.Uint32(a[8:]) == 0xffff
 }
 
 // extHeaders slices the extension headers of set h starting at off and
@@ -330,6 +342,7 @@ const (
 	ReasonOpcode                      // opcode unknown to RoCE v2 RC/UC/UD
 	ReasonPadCnt                      // PadCnt larger than the data after the headers
 	ReasonPayload                     // payload where the opcode allows none, or none where it needs some
+	ReasonAddress                     // IPv4-mapped address in an IPv6 header
 )
 
 var reasonText = [...]string{
@@ -346,6 +359,7 @@ var reasonText = [...]string{
 	ReasonOpcode:    "unknown opcode",
 	ReasonPadCnt:    "PadCnt exceeds data",
 	ReasonPayload:   "payload not allowed or missing for opcode",
+	ReasonAddress:   "IPv4-mapped address in IPv6 header",
 }
 
 func (r Reason) String() string {

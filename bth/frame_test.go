@@ -161,6 +161,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"ipv6 version 4", mod(v6, func(b []byte) { b[ip] = 0x46 }), LayerIPv6, ReasonIPVersion, ip},
 		{"ipv6 hop-by-hop", mod(v6, func(b []byte) { b[ip+6] = 0 }), LayerIPv6, ReasonNotUDP, ip + 6},
 		{"ipv6 payload length long", mod(v6, func(b []byte) { b[ip+5]++ }), LayerIPv6, ReasonTruncated, len(v6)},
+		{"ipv6 mapped source", mod(v6, func(b []byte) { copy(b[ip+8:], netip.MustParseAddr("::ffff:198.18.0.1").AsSlice()) }), LayerIPv6, ReasonAddress, ip + 8},
+		{"ipv6 mapped destination", mod(v6, func(b []byte) { copy(b[ip+24:], netip.MustParseAddr("::ffff:198.18.0.1").AsSlice()) }), LayerIPv6, ReasonAddress, ip + 24},
 		{"ipv6 truncated", v6[:ip+39], LayerIPv6, ReasonTruncated, ip + 39},
 		{"udp length", mod(v4, func(b []byte) { b[udp+5]-- }), LayerUDP, ReasonLength, udp + 4},
 		{"udp port", mod(v4, func(b []byte) { b[udp+3]++ }), LayerUDP, ReasonPort, udp + 2},
