@@ -30,6 +30,10 @@ var (
 	// or use frags (multi-buffer XDP).
 	ErrMTU = errors.New("MTU too big for XDP on this driver: lower the MTU or use frags")
 
+	// ErrNoZeroCopy: Config.Mode asked for zero-copy and the driver cannot
+	// do it (veth, for one); use ModeAuto or ModeCopy.
+	ErrNoZeroCopy = errors.New("zero-copy not supported by this driver: use the default mode or copy mode")
+
 	// ErrBadBuffer: a buffer given to Transmit or Release was not from this
 	// link's Alloc or Receive, or was already given back.
 	ErrBadBuffer = errors.New("buffer not owned by the caller (double release or foreign buffer)")

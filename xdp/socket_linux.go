@@ -212,6 +212,9 @@ func newSocket(p socketParams) (_ *Socket, err error) {
 		sa.SharedUmemFD = uint32(p.sharedFD)
 	}
 	if err := bindRetry(fd, sa, p.busyWait); err != nil {
+		if p.mode == ModeZeroCopy && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
+			return nil, fmt.Errorf("bind AF_XDP socket to %s queue %d: %w: %w", p.info.Name, p.info.Queue, ErrNoZeroCopy, err)
+		}
 		return nil, classify(fmt.Sprintf("bind AF_XDP socket to %s queue %d", p.info.Name, p.info.Queue), err)
 	}
 	var opts uint32
@@ -341,6 +344,12 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		return 0, link.ErrClosed
 	}
 	s.refill()
+	if s.copyMode && s.tx.outstanding() != 0 {
+		// A Transmit left descriptors behind (completion ring full):
+		// push them now rather than wait for the next Transmit.
+		s.kickTX()
+		s.reap()
+	}
 	n := s.receiveBatch(bufs)
 	if n > 0 || len(bufs) == 0 {
 		return n, nil
@@ -404,16 +413,16 @@ func (s *Socket) receiveBatch(bufs [][]byte) int {
 	for n < len(bufs) && used < avail {
 		d := s.rx.at(base + used)
 		if d.Options&unix.XDP_PKT_CONTD == 0 {
-			c := d.Addr >> s.shift
-			if s.um.owner[c] != ownFill {
-				s.st.badDesc.Add(1)
+			used++
+			if !s.rxDescOK(d) {
+				continue
 			}
+			c := d.Addr >> s.shift
 			s.um.owner[c] = ownRx
 			end := (c + 1) << s.shift
 			bufs[n] = s.mem[d.Addr : d.Addr+uint64(d.Len) : end]
 			bytes += uint64(d.Len)
 			n++
-			used++
 			continue
 		}
 		// A frame in several descriptors: the kernel publishes all of
@@ -471,17 +480,35 @@ func (s *Socket) linearize(first, last uint32) ([]byte, bool) {
 	at := 0
 	for i := first; i != last+1; i++ {
 		d := s.rx.at(i)
+		if !s.rxDescOK(d) {
+			continue
+		}
 		if ok {
 			at += copy(dst[at:], s.mem[d.Addr:d.Addr+uint64(d.Len)])
 		}
 		c := d.Addr >> s.shift
-		if s.um.owner[c] != ownFill {
-			s.st.badDesc.Add(1)
-		}
 		s.um.owner[c] = ownFree
 		s.rxFree = append(s.rxFree, c<<s.shift)
 	}
+	if ok && at != len(dst) { // a bad descriptor in the frame
+		s.release(dst)
+		s.st.rxDropped.Add(1)
+		return nil, false
+	}
 	return dst, ok
+}
+
+// rxDescOK checks that an RX descriptor names one of our receive chunks that
+// is in the kernel's hands, and stays inside it. A descriptor that does not
+// is counted ("bad_desc") and its chunk left alone.
+func (s *Socket) rxDescOK(d *unix.XDPDesc) bool {
+	c := d.Addr >> s.shift
+	if c < uint64(s.rxFirst) || c >= uint64(s.txFirst) || s.um.owner[c] != ownFill ||
+		d.Addr+uint64(d.Len) > (c+1)<<s.shift {
+		s.st.badDesc.Add(1)
+		return false
+	}
+	return true
 }
 
 // Release implements link.Link. A buffer that is not the caller's (already

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/link"
 )
@@ -134,10 +136,16 @@ const window = 128
 // flight.
 func exchange(t testing.TB, tx, rx *Socket, src, dst *netns.Host, seq0 uint32, sizes []int) {
 	t.Helper()
+	exchangeW(t, tx, rx, src, dst, seq0, sizes, window)
+}
+
+// exchangeW is exchange with a window of w frames.
+func exchangeW(t testing.TB, tx, rx *Socket, src, dst *netns.Host, seq0 uint32, sizes []int, w int) {
+	t.Helper()
 	var got atomic.Int64
 	errc := make(chan error, 1)
 	go func() { errc <- recvCheck(rx, src, dst, seq0, sizes, &got) }()
-	sendAll(t, tx, src, dst, roceUDPPort, seq0, sizes, &got)
+	sendAll(t, tx, src, dst, roceUDPPort, seq0, sizes, &got, w)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +154,7 @@ func exchange(t testing.TB, tx, rx *Socket, src, dst *netns.Host, seq0 uint32, s
 // sendAll transmits one frame of each size in sizes (numbered from seq0),
 // retrying while the socket has no free buffers. With acked non-nil it
 // stays within window frames of it.
-func sendAll(t testing.TB, s *Socket, src, dst *netns.Host, dport uint16, seq0 uint32, sizes []int, acked *atomic.Int64) {
+func sendAll(t testing.TB, s *Socket, src, dst *netns.Host, dport uint16, seq0 uint32, sizes []int, acked *atomic.Int64, w int) {
 	t.Helper()
 	bufs := make([][]byte, 32)
 	deadline := time.Now().Add(10 * time.Second)
@@ -156,7 +164,7 @@ func sendAll(t testing.TB, s *Socket, src, dst *netns.Host, dport uint16, seq0 u
 		}
 		want := min(len(bufs), len(sizes)-i)
 		if acked != nil {
-			want = min(want, window-(i-int(acked.Load())))
+			want = min(want, w-(i-int(acked.Load())))
 		}
 		n := 0
 		if want > 0 {
@@ -328,7 +336,7 @@ func TestNonRoCEReachesKernel(t *testing.T) {
 	}
 	defer conn.Close()
 	const size = 200
-	sendAll(t, a, p.A, p.B, port, 7, []int{size}, nil)
+	sendAll(t, a, p.A, p.B, port, 7, []int{size}, nil, 0)
 	want := buildFrame(make([]byte, size), p.A, p.B, port, 7, size)
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got := make([]byte, 2048)
@@ -344,7 +352,7 @@ func TestNonRoCEReachesKernel(t *testing.T) {
 	if n, _ := b.Receive(bufs, 0); n != 0 {
 		t.Fatalf("AF_XDP socket received %d frames of non-RoCE traffic", n)
 	}
-	sendAll(t, a, p.A, p.B, roceUDPPort, 8, []int{size}, nil)
+	sendAll(t, a, p.A, p.B, roceUDPPort, 8, []int{size}, nil, 0)
 	recvCheckT(t, b, p.A, p.B, 8, []int{size})
 }
 
@@ -410,7 +418,7 @@ func TestOwnership(t *testing.T) {
 	a.Release(bufs[:8])
 	// Received buffers: a frame sent back from B's receive buffer (in-place
 	// forwarding), then a release of that buffer, which is no longer ours.
-	sendAll(t, a, p.A, p.B, roceUDPPort, 1, []int{300}, nil)
+	sendAll(t, a, p.A, p.B, roceUDPPort, 1, []int{300}, nil, 0)
 	rx := make([][]byte, 4)
 	n, err := b.Receive(rx, 5*time.Second)
 	if err != nil || n != 1 {
@@ -497,7 +505,7 @@ func TestCloseAndRebind(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("open #%d: %v", i, err)
 		}
-		sendAll(t, d.Sockets()[0], p.A, p.B, roceUDPPort, uint32(i), []int{100}, nil)
+		sendAll(t, d.Sockets()[0], p.A, p.B, roceUDPPort, uint32(i), []int{100}, nil, 0)
 		recvCheckT(t, peer.Sockets()[0], p.A, p.B, uint32(i), []int{100})
 		if err := d.Close(); err != nil {
 			t.Fatalf("close #%d: %v", i, err)
@@ -583,7 +591,7 @@ func TestOpenFailureLeaksNothing(t *testing.T) {
 	// The interface is clean: a new Open works and gets frames.
 	peer := openT(t, p.B, Config{RingSize: 64})
 	d := openT(t, p.A, Config{RingSize: 64})
-	sendAll(t, d.Sockets()[0], p.A, p.B, roceUDPPort, 0, []int{500}, nil)
+	sendAll(t, d.Sockets()[0], p.A, p.B, roceUDPPort, 0, []int{500}, nil, 0)
 	recvCheckT(t, peer.Sockets()[0], p.A, p.B, 0, []int{500})
 	fds2, maps2 := resources(t)
 	if len(maps2) <= len(maps0) || fds2 <= fds0 {
@@ -626,4 +634,115 @@ func TestHotPathAllocs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestZeroCopyOnVeth asks for zero-copy on veth: either the kernel can do it
+// and frames flow, or Open fails with ErrNoZeroCopy and leaves nothing behind.
+func TestZeroCopyOnVeth(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	fds0, maps0 := resources(t)
+	var d *Device
+	err := p.A.Do(func() error {
+		var err error
+		d, err = Open(p.A.Ifname, Config{Mode: ModeZeroCopy, RingSize: 64})
+		return err
+	})
+	if err == nil {
+		defer d.Close()
+		if m := d.Sockets()[0].Info().Mode; m != ModeZeroCopy {
+			t.Fatalf("Mode = %q after asking for zero-copy", m)
+		}
+		t.Skip("this kernel does veth zero-copy; the fallback path is not exercised")
+	}
+	if !errors.Is(err, ErrNoZeroCopy) {
+		t.Fatalf("Open(zero-copy) on veth = %v, want ErrNoZeroCopy", err)
+	}
+	t.Logf("as expected: %v", err)
+	if fds1, maps1 := resources(t); fds1 != fds0 || len(maps1) != len(maps0) {
+		t.Errorf("failed Open left fds %d→%d, socket maps %d→%d", fds0, fds1, len(maps0), len(maps1))
+	}
+}
+
+// TestSmallRingsJumbo sends 9000-MTU frames (three descriptors each way)
+// through 64-entry rings with four times as many transmit buffers as the
+// completion ring has entries, so Transmit meets a full TX and completion
+// ring and must push, reap and retry without losing or stalling a frame.
+func TestSmallRingsJumbo(t *testing.T) {
+	p, da, db := pairT(t, netns.Config{MTU: 9000}, Config{RingSize: 64, TxFrames: 256, RxFrames: 128, LinearBuffers: 16})
+	a, b := da.Sockets()[0], db.Sockets()[0]
+	sizes := sizesUpTo(3000, 9014)
+	// At most 3 descriptors a frame: a window of 16 frames fits the
+	// 64-entry fill and RX rings and the 16 linear buffers.
+	exchangeW(t, a, b, p.A, p.B, 0, sizes, 16)
+	if st := a.Stats(); st.TxDropped != 0 || st.TxFrames != uint64(len(sizes)) {
+		t.Errorf("sender stats %+v", st)
+	}
+	if st := b.Stats(); st.RxDropped != 0 || st.Extra["rx_linearized"] == 0 {
+		t.Errorf("receiver stats %+v", st)
+	}
+}
+
+// TestTransmitBeyondRings transmits batches of jumbo frames that need more
+// descriptors than the TX and completion rings hold (100 frames × 3
+// descriptors against 64-entry rings): Transmit must push, reap and retry
+// until every frame is queued, and every buffer must come back. The peer
+// has no AF_XDP socket; its interface counters say what arrived.
+func TestTransmitBeyondRings(t *testing.T) {
+	p := netns.NewT(t, netns.Config{MTU: 9000})
+	d := openT(t, p.A, Config{RingSize: 64, TxFrames: 128, RxFrames: 64})
+	a := d.Sockets()[0]
+	before := rxPackets(t, p.B)
+	const batches, batch, size = 5, 100, 9014
+	bufs := make([][]byte, batch)
+	var seq uint32
+	for range batches {
+		n := 0
+		for deadline := time.Now().Add(5 * time.Second); n < batch; {
+			if time.Now().After(deadline) {
+				t.Fatalf("Alloc got %d of %d buffers; stats %+v", n, batch, a.Stats())
+			}
+			n += a.Alloc(bufs[n:])
+		}
+		for i := range bufs {
+			bufs[i] = buildFrame(bufs[i], p.A, p.B, roceUDPPort, seq, size)
+			seq++
+		}
+		if sent, err := a.Transmit(bufs); sent != batch || err != nil {
+			t.Fatalf("Transmit(%d jumbo frames) = %d, %v; stats %+v", batch, sent, err, a.Stats())
+		}
+	}
+	// Every buffer comes back once the kernel completes.
+	all := make([][]byte, 128)
+	got := 0
+	for deadline := time.Now().Add(5 * time.Second); got < len(all) && time.Now().Before(deadline); {
+		got += a.Alloc(all[got:])
+	}
+	if got != len(all) {
+		t.Fatalf("only %d of %d transmit buffers came back; stats %+v", got, len(all), a.Stats())
+	}
+	a.Release(all)
+	st := a.Stats()
+	if st.TxFrames != batches*batch || st.TxDropped != 0 || st.Extra["tx_invalid_descs"] != 0 || st.Extra["bad_desc"] != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if arrived := rxPackets(t, p.B) - before; arrived != batches*batch {
+		t.Errorf("peer interface received %d frames, want %d", arrived, batches*batch)
+	}
+}
+
+// rxPackets reads h's interface receive counter.
+func rxPackets(t *testing.T, h *netns.Host) uint64 {
+	t.Helper()
+	var n uint64
+	if err := h.Do(func() error {
+		l, err := netlink.LinkByName(h.Ifname)
+		if err != nil {
+			return err
+		}
+		n = l.Attrs().Statistics.RxPackets
+		return nil
+	}); err != nil {
+		t.Fatalf("read %s counters: %v", h.Ifname, err)
+	}
+	return n
 }
