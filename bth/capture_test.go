@@ -49,16 +49,19 @@ func pcapNames(t testing.TB) []string {
 	return names
 }
 
-func TestCapturesQuick(t *testing.T) {
+func TestCapturesDecode(t *testing.T) {
 	for _, name := range pcapNames(t) {
 		n, bad := 0, 0
 		for i, b := range readPcap(t, name) {
 			var f Frame
 			if err := f.Decode(b); err != nil {
-				t.Logf("%s #%d: %v", name, i+1, err)
+				t.Errorf("%s #%d: %v", name, i+1, err)
 				continue
 			}
 			n++
+			if sum, err := ICRC(f.Packet()); err != nil || sum != f.ICRC {
+				t.Errorf("%s #%d: ICRC(packet) = %#x, %v; want %#x", name, i+1, sum, err, f.ICRC)
+			}
 			if !f.VerifyICRC() {
 				bad++
 				t.Errorf("%s #%d: %v ICRC %#x, computed %#x", name, i+1, f.Opcode(), f.ICRC, f.ComputeICRC())
@@ -68,7 +71,15 @@ func TestCapturesQuick(t *testing.T) {
 	}
 }
 
-func TestCapturesRebuildQuick(t *testing.T) {
+func TestICRCErrors(t *testing.T) {
+	for _, p := range [][]byte{nil, {0x45}, make([]byte, 50), append([]byte{0x60}, make([]byte, 62)...), append([]byte{0x46}, make([]byte, 80)...)} {
+		if _, err := ICRC(p); !errors.Is(err, ErrNotRoCE) {
+			t.Errorf("ICRC(%x) error = %v, want %v", p, err, ErrNotRoCE)
+		}
+	}
+}
+
+func TestCapturesRebuild(t *testing.T) {
 	buf := make([]byte, 10000)
 	for _, name := range pcapNames(t) {
 		for i, b := range readPcap(t, name) {

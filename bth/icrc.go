@@ -1,6 +1,9 @@
 package bth
 
-import "hash/crc32"
+import (
+	"errors"
+	"hash/crc32"
+)
 
 // The RoCE v2 ICRC (IBTA Vol 1 Annex A17, and rxe's rxe_icrc.c) is the
 // IEEE CRC-32 of:
@@ -65,3 +68,31 @@ func (h *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
 // icrcMasked computes the ICRC of a packet whose variant fields already
 // hold all ones (the builder writes them so, then the real values).
 func icrcMasked(pkt []byte) uint32 { return crc32.Update(icrcSeed, crc32.IEEETable, pkt) }
+
+// ErrNotRoCE is returned by ICRC for a packet that is too short or not
+// IPv4 (without options) or IPv6.
+var ErrNotRoCE = errors.New("not a RoCE v2 IP packet")
+
+// ICRC computes the RoCE v2 ICRC of an IP packet: pkt runs from the IP
+// header (IPv4 without options, or IPv6 without extension headers) through
+// the 4-byte ICRC field, whose content is ignored. Compare the result with
+// binary.LittleEndian.Uint32(pkt[len(pkt)-4:]). It is meant for tools; the
+// receive path uses Frame.VerifyICRC, which does not allocate.
+func ICRC(pkt []byte) (uint32, error) {
+	var h icrcScratch
+	if len(pkt) < 1 {
+		return 0, ErrNotRoCE
+	}
+	switch pkt[0] {
+	case 0x45:
+		if len(pkt) < icrcHdr4+ICRCSize {
+			return 0, ErrNotRoCE
+		}
+		return h.icrc(pkt[:len(pkt)-ICRCSize], false), nil
+	default:
+		if pkt[0]>>4 != 6 || len(pkt) < icrcHdr6+ICRCSize {
+			return 0, ErrNotRoCE
+		}
+		return h.icrc(pkt[:len(pkt)-ICRCSize], true), nil
+	}
+}
