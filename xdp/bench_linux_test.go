@@ -5,6 +5,7 @@ package xdp
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,6 +141,7 @@ func BenchmarkVethRX(b *testing.B) {
 					}
 					want := min(len(bufs), b.N-sent, window-(sent-int(received.Load())))
 					if want <= 0 {
+						runtime.Gosched() // the receiver is behind: let it run
 						continue
 					}
 					n := tx.Alloc(bufs[:want])

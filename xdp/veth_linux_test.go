@@ -491,12 +491,30 @@ func TestReceiveWakeup(t *testing.T) {
 	}
 }
 
-// TestCloseAndRebind closes twice and reopens the same queue at once, which
-// may meet EBUSY while the kernel finishes tearing the old socket down.
+// TestCloseAndRebind closes twice and reopens the same queue at once. The
+// kernel releases a closed socket's queue asynchronously, so an immediate
+// bind may meet EBUSY: without retries Open must say ErrBusy, and with the
+// default retry it must succeed every time.
 func TestCloseAndRebind(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	peer := openT(t, p.B, Config{RingSize: 64})
-	for i := range 5 {
+	busy := 0
+	for i := range 20 {
+		err := p.A.Do(func() error {
+			d, err := Open(p.A.Ifname, Config{RingSize: 64, BusyRetry: -1})
+			if err != nil {
+				return err
+			}
+			return d.Close()
+		})
+		if errors.Is(err, ErrBusy) {
+			busy++
+		} else if err != nil {
+			t.Fatalf("open without retry #%d: %v", i, err)
+		}
+	}
+	t.Logf("without retry, %d of 20 immediate rebinds met EBUSY", busy)
+	for i := range 20 {
 		var d *Device
 		if err := p.A.Do(func() error {
 			var err error
