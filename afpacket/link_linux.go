@@ -269,9 +269,7 @@ func (l *Link) post(k int) int {
 
 // unpost returns the posted buffers rxPost[from:to] to the free list.
 func (l *Link) unpost(from, to int) {
-	for _, idx := range l.rxPost[from:to] {
-		l.rxFree = append(l.rxFree, idx)
-	}
+	l.rxFree = append(l.rxFree, l.rxPost[from:to]...)
 }
 
 // Info describes the link.

@@ -242,8 +242,8 @@ func TestFilter(t *testing.T) {
 		if n.b.Alloc(bufs) != 1 {
 			t.Fatal("Alloc: no buffers")
 		}
-		f := n.ba.build(bufs[0][4:], frameSpec{vlan: true, size: 100})
-		f = bufs[0][:104]
+		n.ba.build(bufs[0][4:], frameSpec{vlan: true, size: 100})
+		f := bufs[0][:104]
 		copy(f[0:12], f[4:16])
 		f[12], f[13], f[14], f[15] = byte(outer>>8), byte(outer), 0, 7
 		if sent, err := n.b.Transmit([][]byte{f}); sent != 1 || err != nil {
@@ -313,7 +313,6 @@ func TestWakeup(t *testing.T) {
 
 	// Wakeup from another goroutine ends a Receive waiting forever.
 	done := make(chan error, 1)
-	start = time.Now()
 	go func() {
 		_, err := n.a.Receive(bufs, -1)
 		done <- err
