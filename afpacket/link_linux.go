@@ -329,7 +329,12 @@ func (l *Link) free(idx int32) {
 	}
 }
 
-// Transmit sends frames with sendmmsg and takes every buffer back.
+// Transmit sends frames with sendmmsg and takes every buffer back. When the
+// socket buffer or the device queue stays full for Config.TxWait it drops
+// the rest of the batch and counts them in TxDropped without an error (a
+// transient condition); frames of a bad size or buffers the caller does not
+// own are dropped with ErrFrameSize or ErrNotOwned, and a frame the kernel
+// refuses with the kernel's error.
 func (l *Link) Transmit(bufs [][]byte) (int, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -419,10 +424,8 @@ func (l *Link) sendBatch(m int) (int, error) {
 			if deadline.IsZero() {
 				deadline = now.Add(l.txWait)
 			} else if now.After(deadline) {
+				// Transient: counted, not reported as an error.
 				l.txDropped.Add(uint64(m - off))
-				if firstErr == nil {
-					firstErr = fmt.Errorf("afpacket: transmit: %d frames dropped after waiting %v: %w", m-off, l.txWait, e)
-				}
 				return sent, firstErr
 			}
 			l.txRetries.Add(1)
@@ -451,7 +454,10 @@ func (l *Link) waitWritable(d time.Duration) {
 	unix.Ppoll(l.pfd[:1], &l.ts, nil)
 }
 
-// Receive waits up to timeout for frames and returns the ready ones.
+// Receive waits up to timeout for frames and returns the ready ones. When
+// the caller holds every receive buffer it returns 0, nil at once, whatever
+// the timeout (counted as "rx_no_buffers"): nothing can be received until
+// the caller releases some.
 func (l *Link) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
