@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -662,4 +663,39 @@ func TestListenDiscard(t *testing.T) {
 	if got := receive(t, n.a, 1, time.Second); len(got) != 1 {
 		t.Errorf("without ListenDiscard: the link received %d frames, want 1", len(got))
 	}
+}
+
+// TestTxWait fills the socket's send buffer (a token bucket of 8 kbit/s
+// holds the frames) and checks that Transmit waits about TxWait, then drops
+// the rest of the batch without an error, counting them.
+func TestTxWait(t *testing.T) {
+	n := newTestNet(t, netns.Config{}, Config{SocketBuffer: 1, TxWait: 30 * time.Millisecond})
+	out, err := exec.Command("tc", "-n", n.pair.B.Name, "qdisc", "replace", "dev", n.pair.B.Ifname, "root",
+		"tbf", "rate", "8kbit", "burst", "1600", "latency", "5s").CombinedOutput()
+	if err != nil {
+		t.Skipf("no tbf qdisc to hold frames: %v: %s", err, out)
+	}
+	bufs := make([][]byte, 64)
+	k := n.b.Alloc(bufs)
+	for i := range bufs[:k] {
+		bufs[i] = n.ba.build(bufs[i], frameSpec{size: 1400, seed: byte(i)})
+	}
+	start := time.Now()
+	sent, err := n.b.Transmit(bufs[:k])
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Errorf("Transmit with a full queue: %v, want no error (transient)", err)
+	}
+	st := n.b.Stats()
+	if sent == k || st.TxDropped != uint64(k-sent) || st.Extra["tx_retries"] == 0 {
+		t.Errorf("Transmit = %d of %d; TxDropped %d, tx_retries %d; want some dropped after retries",
+			sent, k, st.TxDropped, st.Extra["tx_retries"])
+	}
+	if elapsed < 25*time.Millisecond || elapsed > 2*time.Second {
+		t.Errorf("Transmit took %v, want about TxWait (30ms)", elapsed)
+	}
+	if got := n.b.Alloc(bufs); got != k {
+		t.Errorf("Alloc after the drops = %d, want all %d buffers back", got, k)
+	}
+	n.b.Release(bufs[:k])
 }
