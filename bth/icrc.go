@@ -27,42 +27,86 @@ import (
 var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 
 const (
-	icrcHdr4 = IPv4Size + UDPSize + BTHSize
-	icrcHdr6 = IPv6Size + UDPSize + BTHSize
+	icrcHdr4 = IPv4Size + UDPSize + BTHSize // 40
+	icrcHdr6 = IPv6Size + UDPSize + BTHSize // 60
+	// icrcBlock is the size of the masked copy: hash/crc32 takes its fast
+	// carry-less multiply path only for 64 bytes or more, and the headers
+	// are shorter, so a prefix fills the block (see icrcPrefix).
+	icrcBlock = 64
 )
+
+// icrcPrefix4 and icrcPrefix6 fill the 64-byte block in front of the masked
+// IPv4 (40 bytes) or IPv6 (60 bytes) headers. Each is chosen so that the CRC
+// after it equals icrcSeed, the CRC after the eight 0xFF bytes: summing
+// prefix and headers gives the same result as the eight 0xFF bytes and the
+// headers, in one fast 64-byte step.
+var (
+	icrcPrefix4 = forgePrefix(icrcBlock - icrcHdr4)
+	icrcPrefix6 = forgePrefix(icrcBlock - icrcHdr6)
+)
+
+// forgePrefix returns n >= 4 bytes after which crc32.Update's result is
+// icrcSeed: n-4 zero bytes, then four bytes that steer the CRC register.
+//
+// With the register r (crc32.Update keeps it inverted), one byte b maps r to
+// T[(r^b)&0xff] ^ r>>8, which is linear in r^b. Four bytes x (little-endian)
+// therefore map r to g(r^x), where g is four rounds with zero input, an
+// invertible linear map: x = r ^ g⁻¹(target). One round is inverted by
+// finding the table entry whose top byte matches (those are all distinct).
+func forgePrefix(n int) []byte {
+	p := make([]byte, n)
+	r := ^crc32.Update(0, crc32.IEEETable, p[:n-4])
+	v := ^icrcSeed
+	for range 4 {
+		for i, e := range crc32.IEEETable {
+			if e>>24 == v>>24 {
+				v = (v^e)<<8 | uint32(i)
+				break
+			}
+		}
+	}
+	x := r ^ v
+	p[n-4], p[n-3], p[n-2], p[n-1] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+	if crc32.Update(0, crc32.IEEETable, p) != icrcSeed {
+		panic("bth: ICRC prefix does not reproduce the seed")
+	}
+	return p
+}
 
 // icrcScratch holds the masked copy of the headers. crc32.Update's
 // argument escapes (it goes through a function variable), so the copy lives
 // in a long-lived Frame rather than on the stack.
-type icrcScratch [icrcHdr6]byte
+type icrcScratch [icrcBlock]byte
 
 // icrc computes the ICRC of an IP packet pkt (starting at the IP header,
 // without options, and ending before the ICRC). pkt must hold at least the
 // IP, UDP and BTH headers.
-func (h *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
-	var n int
+func (s *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
+	var h []byte
 	if v6 {
-		n = icrcHdr6
-		copy(h[:], pkt[:icrcHdr6])
+		copy(s[:], icrcPrefix6)
+		h = s[len(icrcPrefix6):]
+		copy(h, pkt[:icrcHdr6])
 		h[0] |= 0x0f // traffic class (high nibble)
 		h[1] = 0xff  // traffic class (low nibble), flow label
 		h[2] = 0xff  // flow label
 		h[3] = 0xff  // flow label
 		h[7] = 0xff  // hop limit
 	} else {
-		n = icrcHdr4
-		copy(h[:icrcHdr4], pkt[:icrcHdr4])
+		copy(s[:], icrcPrefix4)
+		h = s[len(icrcPrefix4):]
+		copy(h, pkt[:icrcHdr4])
 		h[1] = 0xff  // TOS
 		h[8] = 0xff  // TTL
 		h[10] = 0xff // header checksum
 		h[11] = 0xff
 	}
-	u := n - UDPSize - BTHSize
+	u := len(h) - UDPSize - BTHSize
 	h[u+6] = 0xff // UDP checksum
 	h[u+7] = 0xff
 	h[u+UDPSize+bthFECN] = 0xff // FECN, BECN, reserved
-	c := crc32.Update(icrcSeed, crc32.IEEETable, h[:n])
-	return crc32.Update(c, crc32.IEEETable, pkt[n:])
+	c := crc32.Update(0, crc32.IEEETable, s[:])
+	return crc32.Update(c, crc32.IEEETable, pkt[len(h):])
 }
 
 // icrcMasked computes the ICRC of a packet whose variant fields already
