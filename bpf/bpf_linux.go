@@ -204,7 +204,7 @@ func (p *Program) AttachWithMode(ifindex int, mode AttachMode) (AttachMode, erro
 		if gerr == nil {
 			return ModeGeneric, nil
 		}
-		return ModeNone, fmt.Errorf("attach xdp to ifindex %d: driver mode: %v; generic mode: %w", ifindex, derr, gerr)
+		return ModeNone, fmt.Errorf("attach xdp to ifindex %d: driver mode: %w; generic mode: %w", ifindex, derr, gerr)
 	}
 	return ModeNone, fmt.Errorf("attach xdp to ifindex %d: unknown mode %s", ifindex, mode)
 }
