@@ -114,6 +114,14 @@ func (b BTH) Encode(f *BTHFields) {
 	putUint24(b[bthPSN:], uint32(f.PSN))
 }
 
+// CNPFields returns the BTH of a RoCE v2 Congestion Notification Packet
+// (Annex A17) to destQP: opcode 0x81, BECN set, PSN 0. Build it with
+// FrameFields.BTH = CNPFields(...); the 16 reserved bytes are written as
+// zero.
+func CNPFields(pkey uint16, destQP uint32) BTHFields {
+	return BTHFields{Opcode: OpCNP, PKey: pkey, BECN: true, DestQP: destQP}
+}
+
 func bit(v bool, m byte) byte {
 	if v {
 		return m

@@ -110,7 +110,7 @@ func samples() []sample {
 			ff.RETH = RETHFields{VA: 0x4000, RKey: 5, DMALen: 8}
 		})), pattern(8)},
 		{"cnp-v4", v4(with(base(OpCNP), func(ff *FrameFields) {
-			ff.BTH = BTHFields{Opcode: OpCNP, PKey: 0xffff, BECN: true, DestQP: 0x11}
+			ff.BTH = CNPFields(0xffff, 0x11)
 		})), nil},
 		{"cnp-vlan-v6", vlan(v6(with(base(OpCNP), func(ff *FrameFields) {
 			ff.BTH = BTHFields{Opcode: OpCNP, PKey: 0xffff, BECN: true, DestQP: 0xabcdef}

@@ -3,9 +3,10 @@
 // whole Ethernet / IPv4 or IPv6 / UDP 4791 frames that carry them.
 //
 // It follows the InfiniBand Architecture Specification Volume 1, Release 1.4
-// (chapter 9, "Transport Layer": §9.2 BTH, §9.3 extension headers, §9.7.5.1.1
-// AETH syndromes), and Annex A17 "RoCEv2" (§A17.4: UDP destination port 4791,
-// ICRC computed over the IP/UDP/BTH headers with variant fields masked). Where
+// (chapter 9, "Transport Layer": §9.2 BTH, §9.3 extension headers, §9.7 the
+// reliable service's PSNs, ACK syndromes, credits and RNR timers), and Annex
+// A17 "RoCEv2" (UDP destination port 4791, the ICRC computed over the
+// IP/UDP/BTH headers with their variant fields masked). Where
 // the Linux soft-RoCE driver (drivers/infiniband/sw/rxe) differs from the
 // spec, the package accepts both and emits what the spec says; the golden
 // tests use captures of real rxe traffic.

@@ -3,7 +3,7 @@ package bth
 import "strconv"
 
 // Transport is the transport service an opcode belongs to: the top three bits
-// of the BTH opcode (IBTA Vol 1 §9.2.1, table 38).
+// of the BTH opcode (IBTA Vol 1 §9.2, the OpCode field).
 type Transport uint8
 
 // Transport services carried by RoCE v2. RD and XRC are not supported by
@@ -38,7 +38,7 @@ func (t Transport) String() string {
 // Opcode is the BTH opcode: transport (bits 7:5) plus operation (bits 4:0).
 type Opcode uint8
 
-// Opcodes of RC, UC and UD (IBTA Vol 1 §9.2.1 table 38), plus FLUSH and
+// Opcodes of RC, UC and UD (IBTA Vol 1 §9.2), plus FLUSH and
 // ATOMIC_WRITE (IBTA memory placement extensions, as in rxe) and CNP.
 const (
 	RCSendFirst          Opcode = 0x00

@@ -4,7 +4,7 @@ import "strconv"
 
 // PSN is a 24-bit sequence number: the BTH Packet Sequence Number, and also
 // the AETH Message Sequence Number (MSN). Arithmetic wraps modulo 2^24 and
-// comparisons are valid within a window of 2^23 (IBTA Vol 1 §9.7.1), the
+// comparisons are valid within a window of 2^23 (IBTA Vol 1 §9.7), the
 // same serial-number arithmetic as rxe's psn_compare.
 type PSN uint32
 

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Syndrome is the AETH syndrome byte (IBTA Vol 1 §9.7.5.1.1): bits 6:5 give
+// Syndrome is the AETH syndrome byte (IBTA Vol 1 §9.3 AETH, §9.7.5): bits 6:5 give
 // the kind (ACK, RNR NAK, NAK) and bits 4:0 its value (credit code, RNR timer
 // code or NAK code).
 type Syndrome uint8
@@ -120,7 +120,7 @@ func (s Syndrome) String() string {
 }
 
 // creditTable maps credit codes 0..30 to receive WQE counts (IBTA Vol 1
-// §9.7.7.2.8, table 47).
+// §9.7, end-to-end flow control; the same table as ROCE.md and rxe).
 var creditTable = [31]uint16{
 	0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384,
 	512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
@@ -146,8 +146,8 @@ func CreditCode(n int) uint8 {
 	return c
 }
 
-// rnrTable maps RNR timer codes to microseconds×100 (IBTA Vol 1 §9.7.5.2.8,
-// table 45): code 0 is the longest wait, 655.36 ms.
+// rnrTable maps RNR timer codes to delays in units of 10 µs (IBTA Vol 1
+// §9.7, RNR NAK timer encoding): code 0 is the longest wait, 655.36 ms.
 var rnrTable = [32]uint32{
 	65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384,
 	512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
