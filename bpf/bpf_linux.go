@@ -29,8 +29,9 @@ type Program struct {
 	prog  *ebpf.Program
 	xsks  *ebpf.Map
 
-	// mu guards the attachment and closed.
-	mu      sync.Mutex
+	// mu guards the attachment and closed. Map updates and test runs hold
+	// it shared, so Close cannot close the descriptors under them.
+	mu      sync.RWMutex
 	link    link.Link
 	mode    AttachMode
 	ifindex int
@@ -149,6 +150,11 @@ func (p *Program) MapFD() int { return p.xsks.FD() }
 // 0 and returns its verdict (XDPPass, XDPRedirect, ...). It does not send
 // anything anywhere: a redirect is only reported.
 func (p *Program) Run(frame []byte) (uint32, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return 0, ErrClosed
+	}
 	ret, err := p.prog.Run(&ebpf.RunOptions{Data: frame})
 	if err != nil {
 		return 0, fmt.Errorf("test run xdp program: %w", classify(err))
@@ -226,16 +232,16 @@ func attachHint(err error, frags bool) error {
 
 // Mode returns how the program is attached, ModeNone if it is not.
 func (p *Program) Mode() AttachMode {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	return p.mode
 }
 
 // Ifindex returns the index of the interface the program is attached to, 0
 // if none.
 func (p *Program) Ifindex() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	return p.ifindex
 }
 
@@ -243,6 +249,8 @@ func (p *Program) Ifindex() int {
 // frames arriving on that queue go to it. The socket must be bound to the
 // interface and queue.
 func (p *Program) SetSocket(queue int, fd int) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.checkQueue(queue); err != nil {
 		return fmt.Errorf("set xsk for queue %d: %w", queue, err)
 	}
@@ -258,6 +266,8 @@ func (p *Program) SetSocket(queue int, fd int) error {
 // ClearSocket removes queue's socket: its RoCE frames go up the kernel's
 // stack again. Clearing an empty queue is not an error.
 func (p *Program) ClearSocket(queue int) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.checkQueue(queue); err != nil {
 		return fmt.Errorf("clear xsk for queue %d: %w", queue, err)
 	}
@@ -268,11 +278,9 @@ func (p *Program) ClearSocket(queue int) error {
 	return nil
 }
 
+// checkQueue needs mu held.
 func (p *Program) checkQueue(queue int) error {
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
+	if p.closed {
 		return ErrClosed
 	}
 	if queue < 0 || queue >= p.opts.MaxQueues {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -447,6 +448,54 @@ func TestAttachModeString(t *testing.T) {
 	} {
 		if got := c.m.String(); got != c.want {
 			t.Errorf("AttachMode(%d).String() = %q, want %q", int(c.m), got, c.want)
+		}
+	}
+}
+
+// TestConcurrentClose races Close against map updates and test runs: each
+// call either works or says ErrClosed (run with -race).
+func TestConcurrentClose(t *testing.T) {
+	p := loadT(t, Options{})
+	xsk := xskT(t)
+	frame := roce4(16)
+	done := make(chan struct{})
+	errs := make(chan error, 3)
+	for g := 0; g < 3; g++ {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				var err error
+				switch g {
+				case 0:
+					err = p.SetSocket(0, xsk)
+				case 1:
+					err = p.ClearSocket(0)
+				case 2:
+					_, err = p.Run(frame)
+				}
+				if err != nil && !errors.Is(err, ErrClosed) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := p.Run(frame); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run after Close: %v, want ErrClosed", err)
+	}
+	close(done)
+	for g := 0; g < 3; g++ {
+		if err := <-errs; err != nil {
+			t.Errorf("call racing Close: %v", err)
 		}
 	}
 }
