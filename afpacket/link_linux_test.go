@@ -699,3 +699,60 @@ func TestTxWait(t *testing.T) {
 	}
 	n.b.Release(bufs[:k])
 }
+
+// TestConcurrentClose races Wakeup, Stats and Info from other goroutines
+// against the owner's Receive and against Close (run with -race).
+func TestConcurrentClose(t *testing.T) {
+	n := newTestNet(t, netns.Config{}, Config{})
+	stop := make(chan struct{})
+	finished := make(chan struct{}, 4)
+	for g := 0; g < 3; g++ {
+		go func() {
+			defer func() { finished <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				switch g {
+				case 0:
+					n.a.Wakeup()
+				case 1:
+					_ = n.a.Stats()
+				case 2:
+					_ = n.a.Info()
+				}
+			}
+		}()
+	}
+	go func() {
+		defer func() { finished <- struct{}{} }()
+		bufs := make([][]byte, 8)
+		for {
+			k, err := n.a.Receive(bufs, -1)
+			if errors.Is(err, link.ErrClosed) {
+				return
+			}
+			if err != nil {
+				t.Errorf("Receive: %v", err)
+				return
+			}
+			n.a.Release(bufs[:k])
+		}
+	}()
+	send(t, n.b, n.ba, []frameSpec{{size: 100}, {size: 200}})
+	time.Sleep(30 * time.Millisecond)
+	if err := n.a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	close(stop)
+	for i := 0; i < 4; i++ {
+		select {
+		case <-finished:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a goroutine did not finish after Close")
+		}
+	}
+}
