@@ -51,7 +51,8 @@ type Frame struct {
 // Decode on f. The views point into b, which must not change while they are
 // in use.
 func (f *Frame) Decode(b []byte) error {
-	f.reset()
+	// Every view is assigned on the way to success; fail clears them all.
+	f.pkt = nil
 	if len(b) < EthernetSize {
 		return f.fail(LayerEthernet, ReasonTruncated, len(b))
 	}
@@ -65,6 +66,8 @@ func (f *Frame) Decode(b []byte) error {
 		f.VLAN = VLAN(b[off : off+VLANSize : off+VLANSize])
 		et = f.VLAN.EtherType()
 		off += VLANSize
+	} else {
+		f.VLAN = nil
 	}
 	var ipLen, hdrLen int
 	switch et {
@@ -97,7 +100,7 @@ func (f *Frame) Decode(b []byte) error {
 		if !ip.ChecksumValid() {
 			return f.fail(LayerIPv4, ReasonChecksum, off+10)
 		}
-		f.IPv4 = ip
+		f.IPv4, f.IPv6 = ip, nil
 		hdrLen = IPv4Size
 	case EtherTypeIPv6:
 		if len(b) < off+IPv6Size {
@@ -122,7 +125,7 @@ func (f *Frame) Decode(b []byte) error {
 		if isV4Mapped(ip[24:40]) {
 			return f.fail(LayerIPv6, ReasonAddress, off+24)
 		}
-		f.IPv6 = ip
+		f.IPv4, f.IPv6 = nil, ip
 		hdrLen = IPv6Size
 	default:
 		return f.fail(LayerEthernet, ReasonEtherType, off-2)
@@ -159,7 +162,9 @@ func (f *Frame) Decode(b []byte) error {
 		return f.fail(LayerExt, ReasonTruncated, ipOff+len(pkt))
 	}
 	off += BTHSize
-	if op.hdrs != 0 {
+	if op.hdrs == 0 {
+		f.clearExt()
+	} else {
 		off = f.extHeaders(pkt, off, op.hdrs)
 	}
 	pad := int(f.BTH.PadCnt())
@@ -185,53 +190,64 @@ func isV4Mapped(a []byte) bool {
 	return binary.BigEndian.Uint64(a) == 0 && binary.BigEndian.Uint32(a[8:]) == 0xffff
 }
 
-// extHeaders slices the extension headers of set h starting at off and
-// returns the offset after them. The caller has checked the length.
+// extHeaders sets the extension header views for set h starting at off
+// (nil for those not in h) and returns the offset after them. The caller
+// has checked the length.
 func (f *Frame) extHeaders(pkt []byte, off int, h ExtHeaders) int {
-	next := func(n int) []byte {
-		s := pkt[off : off+n : off+n]
-		off += n
-		return s
-	}
+	f.clearExt()
 	if h.Has(ExtDETH) {
-		f.DETH = DETH(next(DETHSize))
+		f.DETH = DETH(pkt[off : off+DETHSize : off+DETHSize])
+		off += DETHSize
 	}
 	if h.Has(ExtFETH) {
-		f.FETH = FETH(next(FETHSize))
+		f.FETH = FETH(pkt[off : off+FETHSize : off+FETHSize])
+		off += FETHSize
 	}
 	if h.Has(ExtRETH) {
-		f.RETH = RETH(next(RETHSize))
+		f.RETH = RETH(pkt[off : off+RETHSize : off+RETHSize])
+		off += RETHSize
 	}
 	if h.Has(ExtAtomicETH) {
-		f.AtomicETH = AtomicETH(next(AtomicETHSize))
+		f.AtomicETH = AtomicETH(pkt[off : off+AtomicETHSize : off+AtomicETHSize])
+		off += AtomicETHSize
 	}
 	if h.Has(ExtAETH) {
-		f.AETH = AETH(next(AETHSize))
+		f.AETH = AETH(pkt[off : off+AETHSize : off+AETHSize])
+		off += AETHSize
 	}
 	if h.Has(ExtAtomicAckETH) {
-		f.AtomicAckETH = AtomicAckETH(next(AtomicAckETHSize))
+		f.AtomicAckETH = AtomicAckETH(pkt[off : off+AtomicAckETHSize : off+AtomicAckETHSize])
+		off += AtomicAckETHSize
 	}
 	if h.Has(ExtImmDt) {
-		f.ImmDt = ImmDt(next(ImmDtSize))
+		f.ImmDt = ImmDt(pkt[off : off+ImmDtSize : off+ImmDtSize])
+		off += ImmDtSize
 	}
 	if h.Has(ExtIETH) {
-		f.IETH = IETH(next(IETHSize))
+		f.IETH = IETH(pkt[off : off+IETHSize : off+IETHSize])
+		off += IETHSize
 	}
 	if h.Has(ExtCNPReserved) {
-		f.CNPReserved = next(CNPReservedSize)
+		f.CNPReserved = pkt[off : off+CNPReservedSize : off+CNPReservedSize]
+		off += CNPReservedSize
 	}
 	return off
+}
+
+func (f *Frame) clearExt() {
+	f.DETH, f.FETH, f.RETH, f.AtomicETH, f.AETH = nil, nil, nil, nil, nil
+	f.AtomicAckETH, f.ImmDt, f.IETH, f.CNPReserved = nil, nil, nil, nil
 }
 
 // reset clears the views (not the scratch space).
 func (f *Frame) reset() {
 	f.Eth, f.VLAN, f.IPv4, f.IPv6, f.UDP, f.BTH = nil, nil, nil, nil, nil, nil
-	f.DETH, f.FETH, f.RETH, f.AtomicETH, f.AETH = nil, nil, nil, nil, nil
-	f.AtomicAckETH, f.ImmDt, f.IETH, f.CNPReserved = nil, nil, nil, nil
+	f.clearExt()
 	f.Payload, f.PadLen, f.ICRC, f.pkt = nil, 0, 0, nil
 }
 
 func (f *Frame) fail(l Layer, r Reason, off int) error {
+	f.reset()
 	f.err = DecodeError{Layer: l, Reason: r, Offset: off}
 	return &f.err
 }

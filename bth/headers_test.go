@@ -3,6 +3,7 @@ package bth
 import (
 	"bytes"
 	"encoding/hex"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -233,5 +234,37 @@ func TestSyndrome(t *testing.T) {
 	}
 	if RNRTimerCode(0) != 1 || RNRTimerCode(11*time.Microsecond) != 2 || RNRTimerCode(time.Second) != 0 {
 		t.Error("RNRTimerCode rounding")
+	}
+}
+
+// TestIPv4Checksum compares the header checksum with RFC 1071 summed 16
+// bits at a time, on random headers including all-ones words.
+func TestIPv4Checksum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		h := make(IPv4, IPv4Size)
+		for j := range h {
+			h[j] = byte(rng.Uint32())
+		}
+		if i%3 == 0 {
+			for j := range h {
+				h[j] |= 0xf0
+			}
+		}
+		h.SetChecksum()
+		var s uint32
+		for j := 0; j < IPv4Size; j += 2 {
+			s += uint32(h[j])<<8 | uint32(h[j+1])
+		}
+		for s > 0xffff {
+			s = s>>16 + s&0xffff
+		}
+		if s != 0xffff || !h.ChecksumValid() {
+			t.Fatalf("header %x: sum %#x, ChecksumValid %v", []byte(h), s, h.ChecksumValid())
+		}
+		h[i%IPv4Size] ^= 1 << (i % 8)
+		if h.ChecksumValid() {
+			t.Fatalf("header %x with a flipped bit passes", []byte(h))
+		}
 	}
 }

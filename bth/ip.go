@@ -127,30 +127,24 @@ func (h IPv4) Src() netip.Addr { return netip.AddrFrom4([4]byte(h[12:16])) }
 func (h IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(h[16:20])) }
 
 // ChecksumValid reports whether the header checksum is correct.
-func (h IPv4) ChecksumValid() bool { return ipChecksum(h[:IPv4Size]) == 0 }
+func (h IPv4) ChecksumValid() bool { return ipv4Sum(h) == 0xffff }
+
+// ipv4Sum returns the folded ones' complement sum of the 20-byte header.
+func ipv4Sum(h []byte) uint16 {
+	_ = h[IPv4Size-1]
+	s := uint64(binary.BigEndian.Uint32(h[0:])) + uint64(binary.BigEndian.Uint32(h[4:])) +
+		uint64(binary.BigEndian.Uint32(h[8:])) + uint64(binary.BigEndian.Uint32(h[12:])) +
+		uint64(binary.BigEndian.Uint32(h[16:]))
+	s = s>>32 + s&0xffffffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	return uint16(s>>16 + s&0xffff)
+}
 
 // SetChecksum computes and stores the header checksum.
 func (h IPv4) SetChecksum() {
 	h[10], h[11] = 0, 0
-	binary.BigEndian.PutUint16(h[10:], ipChecksum(h[:IPv4Size]))
-}
-
-// ipChecksum returns the ones' complement of the ones' complement sum of b
-// (RFC 1071); 0 when b holds a correct checksum. len(b) must be even.
-func ipChecksum(b []byte) uint16 {
-	var s uint64
-	for len(b) >= 4 {
-		s += uint64(binary.BigEndian.Uint32(b))
-		b = b[4:]
-	}
-	if len(b) >= 2 {
-		s += uint64(binary.BigEndian.Uint16(b))
-	}
-	s = s>>32 + s&0xffffffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	return ^uint16(s)
+	binary.BigEndian.PutUint16(h[10:], ^ipv4Sum(h))
 }
 
 // IPv6 is a view of the fixed IPv6 header (RFC 8200).
