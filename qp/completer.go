@@ -195,7 +195,9 @@ func (q *QP) onRNRNak(psn bth.PSN, syn bth.Syndrome) {
 	if q.rnrLeft != 7 {
 		q.rnrLeft--
 	}
-	q.compPSN = psn
+	if !q.nakAdvance(psn) {
+		return
+	}
 	q.rewind(psn)
 	q.onRNRWait(q.e.now, syn.RNRTimer())
 }
@@ -209,7 +211,9 @@ func (q *QP) onNak(psn bth.PSN, syn bth.Syndrome) {
 	switch syn {
 	case bth.NakPSNSeqError:
 		q.e.stats.SeqNaksRx.Add(1)
-		q.compPSN = psn
+		if !q.nakAdvance(psn) {
+			return
+		}
 		if !q.useRetry() {
 			return
 		}
@@ -222,6 +226,23 @@ func (q *QP) onNak(psn bth.PSN, syn bth.Syndrome) {
 	default:
 		q.failHead(WCRemOpErr)
 	}
+}
+
+// nakAdvance moves compPSN to a NAK's PSN, which acknowledges the packets
+// before it. If a READ or atomic before psn still lacks its response, the
+// response was lost: that is an implicit NAK, and it returns false.
+func (q *QP) nakAdvance(psn bth.PSN) bool {
+	if q.sqHead != q.sqTail {
+		if w := q.sqAt(q.sqHead); w.started && w.wr.Opcode.isReadLike() && w.firstPSN.Less(psn) {
+			q.implicitNak()
+			return false
+		}
+	}
+	if q.compPSN.Less(psn) {
+		q.compPSN = psn
+		q.onProgress()
+	}
+	return true
 }
 
 // useRetry spends one retry (7 = forever, as rxe); when none is left the

@@ -89,26 +89,26 @@ type Config struct {
 
 // QP is a queue pair. It belongs to its Engine's owner goroutine.
 type QP struct {
-	e      *Engine
-	qpn    uint32
-	typ    Type
-	state  State
-	attr   Attr
-	mem    Memory
-	sendCQ CQ
-	recvCQ CQ
-	sigAll bool
-	maxSGE int
-	maxInl int
-	mtu    uint32
-	sport  uint16
-	ff     bth.FrameFields // frame template from the address vector
-	blocked bool           // Output ran out of buffers during this Poll
+	e       *Engine
+	qpn     uint32
+	typ     Type
+	state   State
+	attr    Attr
+	mem     Memory
+	sendCQ  CQ
+	recvCQ  CQ
+	sigAll  bool
+	maxSGE  int
+	maxInl  int
+	mtu     uint32
+	sport   uint16
+	ff      bth.FrameFields // frame template from the address vector
+	blocked bool            // Output ran out of buffers during this Poll
 	scratch [8]byte
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
-	sq                   []sendWQE
+	sq                    []sendWQE
 	sqHead, sqReq, sqTail uint32
 
 	// Requester.

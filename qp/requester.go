@@ -378,6 +378,9 @@ func scatter(dst [][]byte, off uint32, src []byte) {
 // rewind restarts sending at psn (go-back-N): the request holding psn is
 // sent again from that packet, and every later one from its start.
 func (q *QP) rewind(psn bth.PSN) {
+	if psn.Diff(q.reqPSN) > 0 {
+		return // already sending from an earlier PSN
+	}
 	q.e.stats.Retransmits.Add(1)
 	for i := q.sqHead; i != q.sqTail; i++ {
 		w := q.sqAt(i)
@@ -389,7 +392,7 @@ func (q *QP) rewind(psn bth.PSN) {
 			if w.wr.Opcode.isAtomic() {
 				w.sendPSN = w.firstPSN
 			}
-			for j := i; j != q.sqReq; j++ {
+			for j := i; int32(q.sqReq-j) > 0; j++ {
 				if x := q.sqAt(j); x.counted {
 					x.counted = false
 					q.rdOut--

@@ -111,7 +111,7 @@ type Attr struct {
 // Errors of Modify and of posting work requests. Modify returns a
 // *ModifyError that wraps one of the first three.
 var (
-	ErrTransition = errors.New("illegal state transition")
+	ErrTransition  = errors.New("illegal state transition")
 	ErrMissingAttr = errors.New("missing required attribute")
 	ErrExtraAttr   = errors.New("attribute not allowed in this transition")
 	ErrInvalidAttr = errors.New("invalid attribute value")

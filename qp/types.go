@@ -166,21 +166,21 @@ type WCStatus uint8
 
 // Completion statuses.
 const (
-	WCSuccess         WCStatus = 0
-	WCLocLenErr       WCStatus = 1
-	WCLocQPOpErr      WCStatus = 2
-	WCLocProtErr      WCStatus = 4
-	WCWRFlushErr      WCStatus = 5
-	WCBadRespErr      WCStatus = 7
-	WCLocAccessErr    WCStatus = 8
-	WCRemInvReqErr    WCStatus = 9
-	WCRemAccessErr    WCStatus = 10
-	WCRemOpErr        WCStatus = 11
-	WCRetryExcErr     WCStatus = 12
-	WCRNRRetryExcErr  WCStatus = 13
-	WCFatalErr        WCStatus = 19
-	WCGeneralErr      WCStatus = 21
-	numWCStatus                = 22
+	WCSuccess        WCStatus = 0
+	WCLocLenErr      WCStatus = 1
+	WCLocQPOpErr     WCStatus = 2
+	WCLocProtErr     WCStatus = 4
+	WCWRFlushErr     WCStatus = 5
+	WCBadRespErr     WCStatus = 7
+	WCLocAccessErr   WCStatus = 8
+	WCRemInvReqErr   WCStatus = 9
+	WCRemAccessErr   WCStatus = 10
+	WCRemOpErr       WCStatus = 11
+	WCRetryExcErr    WCStatus = 12
+	WCRNRRetryExcErr WCStatus = 13
+	WCFatalErr       WCStatus = 19
+	WCGeneralErr     WCStatus = 21
+	numWCStatus               = 22
 )
 
 var wcStatusNames = [numWCStatus]string{
