@@ -17,7 +17,9 @@ import (
 	"github.com/xroce/xroce/bth"
 )
 
-func readPcap(t *testing.T, path string) [][]byte {
+func readPcap(t *testing.T, path string) [][]byte { return readPcapF(t, path) }
+
+func readPcapF(t testing.TB, path string) [][]byte {
 	t.Helper()
 	fh, err := os.Open(path)
 	if err != nil {
