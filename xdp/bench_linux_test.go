@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xroce/xroce/internal/netns"
 )
 
@@ -20,8 +22,11 @@ import (
 //
 // BenchmarkVethTX times the sender: it transmits as fast as it can while a
 // goroutine drains the peer socket; frames the receiver could not keep up
-// with are reported as rx-lost-% (copy-mode veth does the receiver's copy on
-// the sender's CPU, so both sides share two cores here). BenchmarkVethRX
+// with are reported as rx-lost-%. In copy mode on veth the sender's sendto
+// also runs the peer's receive path (veth NAPI, the XDP program, the copy
+// into the peer's UMEM) in softirq on the sender's CPU; tx-frames/cpu-s is
+// the rate one core doing only that would reach, from the sender thread's
+// CPU time. BenchmarkVethRX
 // times the receiver: a goroutine sends, staying within a window of frames
 // ahead of it so nothing is lost, and each op is one frame received and
 // checked for its sequence number.
@@ -87,10 +92,14 @@ func BenchmarkVethTX(b *testing.B) {
 
 			bufs := make([][]byte, 64)
 			deadline := time.Now().Add(60 * time.Second)
+			// The sender stays on one thread so that its CPU time,
+			// kernel work included, can be told apart.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0, tcpu0 := time.Now(), cpuTime(), threadCPUTime()
 			var seq uint32
 			for sent := 0; sent < b.N && time.Now().Before(deadline); {
 				n := tx.Alloc(bufs[:min(len(bufs), b.N-sent)])
@@ -104,7 +113,7 @@ func BenchmarkVethTX(b *testing.B) {
 				}
 				sent += m
 			}
-			elapsed := time.Since(start)
+			elapsed, cpu1, tcpu1 := time.Since(start), cpuTime(), threadCPUTime()
 			b.StopTimer()
 			// Let the receiver catch up, then stop it.
 			for wait := time.Now().Add(time.Second); received.Load() < int64(b.N) && time.Now().Before(wait); {
@@ -112,9 +121,11 @@ func BenchmarkVethTX(b *testing.B) {
 			}
 			close(stop)
 			<-done
-			report(b, b.N, size, elapsed)
+			report(b, b.N, size, elapsed, cpu1-cpu0)
 			b.ReportMetric(100*float64(int64(b.N)-received.Load())/float64(b.N), "rx-lost-%")
 			b.ReportMetric(float64(tx.Stats().Wakeups)/float64(b.N), "kicks/frame")
+			// What one core running only the sender could do.
+			b.ReportMetric(float64(b.N)/(tcpu1-tcpu0).Seconds(), "tx-frames/cpu-s")
 		})
 	}
 }
@@ -164,7 +175,7 @@ func BenchmarkVethRX(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			var got int
 			for got < b.N && time.Now().Before(deadline) {
 				n, err := rx.Receive(bufs, 100*time.Millisecond)
@@ -180,7 +191,7 @@ func BenchmarkVethRX(b *testing.B) {
 				rx.Release(bufs[:n])
 				received.Store(int64(got))
 			}
-			elapsed := time.Since(start)
+			elapsed, cpu1 := time.Since(start), cpuTime()
 			b.StopTimer()
 			close(stop)
 			if err := <-senderDone; err != nil {
@@ -189,17 +200,39 @@ func BenchmarkVethRX(b *testing.B) {
 			if got < b.N {
 				b.Fatalf("received %d of %d frames in 60 s", got, b.N)
 			}
-			report(b, got, size, elapsed)
+			report(b, got, size, elapsed, cpu1-cpu0)
 		})
 	}
 }
 
-// report adds frames/s and Gbit/s (frame bytes, no Ethernet preamble or FCS).
-func report(b *testing.B, frames, size int, elapsed time.Duration) {
+// report adds frames/s and Gbit/s (frame bytes, no Ethernet preamble or
+// FCS), and the CPU time the process spent (user and system, all threads,
+// so the kernel's work for both ends) per frame: on a shared machine the
+// wall-clock rates depend on what else runs, the CPU cost much less.
+func report(b *testing.B, frames, size int, elapsed, cpu time.Duration) {
 	sec := elapsed.Seconds()
-	if sec <= 0 {
+	if sec <= 0 || frames == 0 {
 		return
 	}
 	b.ReportMetric(float64(frames)/sec, "frames/s")
 	b.ReportMetric(float64(frames)*float64(size)*8/sec/1e9, "Gbit/s")
+	b.ReportMetric(float64(cpu)/float64(frames), "cpu-ns/frame")
+}
+
+// threadCPUTime returns the calling thread's user plus system CPU time.
+func threadCPUTime() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuTime returns the process's user plus system CPU time.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
