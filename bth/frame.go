@@ -46,9 +46,9 @@ type Frame struct {
 // checksum, the BTH TVer, the opcode and its payload rule, but not the ICRC:
 // call VerifyICRC for that.
 //
-// On failure Decode returns a *DecodeError. To keep the drop path free of
-// allocations the error lives in f: it stays valid only until the next
-// Decode on f. The views point into b, which must not change while they are
+// On failure Decode returns a *DecodeError and leaves every view nil. To
+// keep the drop path free of allocations the error lives in f: it stays
+// valid only until the next Decode on f. The views point into b, which must not change while they are
 // in use.
 func (f *Frame) Decode(b []byte) error {
 	// Every view is assigned on the way to success; fail clears them all.

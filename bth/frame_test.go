@@ -195,6 +195,17 @@ func TestDecodeErrors(t *testing.T) {
 		if !errors.Is(err, tt.reason) {
 			t.Errorf("%s: errors.Is(%v, %v) = false", tt.name, err, tt.reason)
 		}
+		if f.Eth != nil || f.VLAN != nil || f.IPv4 != nil || f.IPv6 != nil || f.UDP != nil || f.BTH != nil ||
+			f.RETH != nil || f.AETH != nil || f.Payload != nil || f.VerifyICRC() {
+			t.Errorf("%s: views left after a failed Decode", tt.name)
+		}
+		// A good frame decodes after a bad one.
+		if err := f.Decode(ack); err != nil || !f.VerifyICRC() || f.AETH == nil {
+			t.Errorf("%s: good frame after bad: %v", tt.name, err)
+		}
+		if err := f.Decode(tt.b); err == nil {
+			t.Errorf("%s: second Decode succeeded", tt.name)
+		}
 	}
 }
 
