@@ -128,6 +128,7 @@ type simNet struct {
 	seq    uint64
 	ends   [2]*simEnd
 	sent   int
+	dropFn func(from int, b []byte) bool // drops a frame when it returns true
 }
 
 // simEnd is one side: an engine with its output.
@@ -154,7 +155,7 @@ func (s *simEnd) Send(b []byte) {
 	n := s.net
 	n.sent++
 	to := 1 - s.idx
-	if n.f.loss > 0 && n.rng.Float64() < n.f.loss {
+	if n.f.loss > 0 && n.rng.Float64() < n.f.loss || n.dropFn != nil && n.dropFn(s.idx, b) {
 		s.free = append(s.free, b)
 		return
 	}

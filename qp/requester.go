@@ -184,7 +184,7 @@ func (q *QP) runRequester(now time.Duration) {
 			}
 			if !q.startWQE(w) {
 				if q.sqReq == q.sqHead {
-					q.completeSend(w, w.localErr)
+					q.popSend(w, w.localErr)
 					if q.typ == RC {
 						q.toError()
 					} else {
