@@ -2,6 +2,7 @@ package bth
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -71,6 +72,31 @@ func TestCapturesDecode(t *testing.T) {
 	}
 }
 
+// reencodeHeaders encodes each decoded header from its fields and checks
+// that the bytes are the same.
+func reencodeHeaders(t *testing.T, where string, f *Frame) {
+	t.Helper()
+	check := func(name string, view []byte, enc func([]byte)) {
+		if view == nil {
+			return
+		}
+		b := make([]byte, len(view))
+		enc(b)
+		if string(b) != string(view) {
+			t.Errorf("%s: %s re-encodes as %x, want %x", where, name, b, view)
+		}
+	}
+	check("BTH", f.BTH, func(b []byte) { fl := f.BTH.Fields(); BTH(b).Encode(&fl) })
+	check("DETH", f.DETH, func(b []byte) { fl := f.DETH.Fields(); DETH(b).Encode(&fl) })
+	check("FETH", f.FETH, func(b []byte) { fl := f.FETH.Fields(); FETH(b).Encode(&fl) })
+	check("RETH", f.RETH, func(b []byte) { fl := f.RETH.Fields(); RETH(b).Encode(&fl) })
+	check("AtomicETH", f.AtomicETH, func(b []byte) { fl := f.AtomicETH.Fields(); AtomicETH(b).Encode(&fl) })
+	check("AETH", f.AETH, func(b []byte) { fl := f.AETH.Fields(); AETH(b).Encode(&fl) })
+	check("AtomicAckETH", f.AtomicAckETH, func(b []byte) { AtomicAckETH(b).Encode(f.AtomicAckETH.OrigRemoteData()) })
+	check("ImmDt", f.ImmDt, func(b []byte) { ImmDt(b).Encode(f.ImmDt.Imm()) })
+	check("IETH", f.IETH, func(b []byte) { IETH(b).Encode(f.IETH.RKey()) })
+}
+
 func TestICRCErrors(t *testing.T) {
 	for _, p := range [][]byte{nil, {0x45}, make([]byte, 50), append([]byte{0x60}, make([]byte, 62)...), append([]byte{0x46}, make([]byte, 80)...)} {
 		if _, err := ICRC(p); !errors.Is(err, ErrNotRoCE) {
@@ -87,6 +113,7 @@ func TestCapturesRebuild(t *testing.T) {
 			if err := f.Decode(b); err != nil {
 				t.Fatalf("%s #%d: %v", name, i+1, err)
 			}
+			reencodeHeaders(t, fmt.Sprintf("%s #%d", name, i+1), &f)
 			var ff FrameFields
 			f.Fields(&ff)
 			n, err := Build(buf, &ff, f.Payload)
