@@ -36,6 +36,20 @@ func hexPayloadCRC(s string) string { b, _ := hex.DecodeString(s); return num32(
 func num32(v uint32) string         { return strconv.FormatUint(uint64(v), 10) }
 
 var goldenFields = []goldenField{
+	{"eth.src", func(f *Frame) (string, bool) { return f.SrcMAC().String(), true }},
+	{"eth.dst", func(f *Frame) (string, bool) { return f.DstMAC().String(), true }},
+	{"vlan.id", func(f *Frame) (string, bool) {
+		if f.VLAN == nil {
+			return absent()
+		}
+		return num(uint64(f.VLAN.ID()))
+	}},
+	{"vlan.priority", func(f *Frame) (string, bool) {
+		if f.VLAN == nil {
+			return absent()
+		}
+		return num(uint64(f.VLAN.PCP()))
+	}},
 	{"ip.src", func(f *Frame) (string, bool) {
 		if f.IPv4 == nil {
 			return absent()
@@ -53,6 +67,30 @@ var goldenFields = []goldenField{
 			return absent()
 		}
 		return f.SrcIP().String(), true
+	}},
+	{"ipv6.dst", func(f *Frame) (string, bool) {
+		if f.IPv6 == nil {
+			return absent()
+		}
+		return f.DstIP().String(), true
+	}},
+	{"ipv6.tclass", func(f *Frame) (string, bool) {
+		if f.IPv6 == nil {
+			return absent()
+		}
+		return num(uint64(f.IPv6.TrafficClass()))
+	}},
+	{"ipv6.flow", func(f *Frame) (string, bool) {
+		if f.IPv6 == nil {
+			return absent()
+		}
+		return num(uint64(f.IPv6.FlowLabel()))
+	}},
+	{"ipv6.hlim", func(f *Frame) (string, bool) {
+		if f.IPv6 == nil {
+			return absent()
+		}
+		return num(uint64(f.IPv6.HopLimit()))
 	}},
 	{"ip.id", func(f *Frame) (string, bool) {
 		if f.IPv4 == nil {
@@ -221,7 +259,7 @@ func tsharkFields(t *testing.T, tshark, pcap string) [][]string {
 					t.Fatalf("tshark %s: field %s = %q: %v", pcap, g.tshark, v, err)
 				}
 				v = strconv.FormatUint(n, 10)
-			case strings.Contains(g.tshark, "ip.src"), strings.Contains(g.tshark, "ip.dst"), g.tshark == "ipv6.src":
+			case strings.HasSuffix(g.tshark, ".src"), strings.HasSuffix(g.tshark, ".dst"):
 			default:
 				n, err := strconv.ParseUint(v, 0, 64)
 				if err != nil {
