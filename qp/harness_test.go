@@ -177,11 +177,20 @@ func (s *simEnd) Send(b []byte) {
 }
 
 var (
-	ipA = netip.MustParseAddr("198.18.0.1")
-	ipB = netip.MustParseAddr("198.18.0.2")
+	ipA     = netip.MustParseAddr("198.18.0.1")
+	ipB     = netip.MustParseAddr("198.18.0.2")
+	simIPs  = [2]netip.Addr{ipA, ipB}
+	simMACs = [2][6]byte{{2, 0, 0, 0, 0, 1}, {2, 0, 0, 0, 0, 2}}
 )
 
-func newSimNet(t testing.TB, seed uint64, f faults) *simNet {
+// simAV is the address vector from side i to the other side.
+func simAV(i int) AddressVector {
+	return AddressVector{SrcMAC: simMACs[i], DstMAC: simMACs[1-i], SrcIP: simIPs[i], DstIP: simIPs[1-i], HopLimit: 64}
+}
+
+func newSimNet(t testing.TB, seed uint64, f faults) *simNet { return newSimNetMTU(t, seed, f, 0) }
+
+func newSimNetMTU(t testing.TB, seed uint64, f faults, mtu MTU) *simNet {
 	n := &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), f: f}
 	for i := range n.ends {
 		end := &simEnd{net: n, idx: i, mem: newTestMem()}
@@ -189,7 +198,7 @@ func newSimNet(t testing.TB, seed uint64, f faults) *simNet {
 		if i == 1 {
 			ip = ipB
 		}
-		e, err := NewEngine(EngineConfig{Out: end, LocalIPs: []netip.Addr{ip}})
+		e, err := NewEngine(EngineConfig{Out: end, LocalIPs: []netip.Addr{ip}, PortMTU: mtu})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,8 +255,6 @@ func connect(t testing.TB, n *simNet, typ Type, psnA, psnB uint32, mtu MTU, tune
 		}
 		qps[i] = q
 	}
-	ips := [2]netip.Addr{ipA, ipB}
-	macs := [2][6]byte{{2, 0, 0, 0, 0, 1}, {2, 0, 0, 0, 0, 2}}
 	psns := [2]uint32{psnA, psnB}
 	for i, q := range qps {
 		j := 1 - i
@@ -261,7 +268,7 @@ func connect(t testing.TB, n *simNet, typ Type, psnA, psnB uint32, mtu MTU, tune
 			t.Fatal(err)
 		}
 		at = Attr{State: StateRTR, PathMTU: mtu, DestQPN: qps[j].QPN(), RQPSN: bthPSN(psns[j]), MaxDestRdAtomic: 16, MinRNRTimer: 1,
-			AV: AddressVector{SrcMAC: macs[i], DstMAC: macs[j], SrcIP: ips[i], DstIP: ips[j], HopLimit: 64}}
+			AV: simAV(i)}
 		m = AttrState | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer | AttrAV
 		switch typ {
 		case UC:
@@ -274,9 +281,6 @@ func connect(t testing.TB, n *simNet, typ Type, psnA, psnB uint32, mtu MTU, tune
 		}
 		if err := q.Modify(&at, m); err != nil {
 			t.Fatal(err)
-		}
-		if typ == UD {
-			q.attr.PathMTU, q.mtu = mtu, uint32(mtu.Bytes()) // UD takes the port's MTU
 		}
 		at = Attr{State: StateRTS, SQPSN: bthPSN(psns[i]), Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8}
 		m = AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic

@@ -20,6 +20,9 @@ type EngineConfig struct {
 	// LocalIPs are the addresses (RoCE v2 GIDs) this engine answers to;
 	// frames to other destinations are dropped. Empty accepts any.
 	LocalIPs []netip.Addr
+	// PortMTU is the port's active MTU, the path MTU of UD QPs (rxe: the
+	// netdev MTU minus 80, rounded down: 1500 gives 1024). 0 means 1024.
+	PortMTU MTU
 }
 
 // Engine runs the transport of a set of queue pairs: it takes received
@@ -32,6 +35,7 @@ type EngineConfig struct {
 type Engine struct {
 	out   Output
 	local []netip.Addr
+	mtu   MTU
 	qps   map[uint32]*QP
 	list  []*QP
 	frame bth.Frame
@@ -63,7 +67,13 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Out == nil {
 		return nil, errors.New("new engine: no output")
 	}
-	e := &Engine{out: cfg.Out, qps: make(map[uint32]*QP)}
+	if cfg.PortMTU == 0 {
+		cfg.PortMTU = MTU1024
+	}
+	if cfg.PortMTU.Bytes() == 0 {
+		return nil, fmt.Errorf("new engine: port MTU %v: %w", cfg.PortMTU, ErrInvalidAttr)
+	}
+	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP)}
 	for _, a := range cfg.LocalIPs {
 		e.local = append(e.local, a.Unmap())
 	}
@@ -217,6 +227,10 @@ func (q *QP) setAV(av *AddressVector) {
 }
 
 func (q *QP) onRTR() {
+	if q.typ == UD {
+		q.attr.PathMTU = q.e.mtu
+		q.mtu = uint32(q.e.mtu.Bytes())
+	}
 	q.ePSN = q.attr.RQPSN
 	q.msn = 0
 	q.resetResponder()

@@ -75,7 +75,7 @@ type simCfg struct {
 // runSim runs a random bidirectional workload and checks every completion
 // and every byte.
 func runSim(t *testing.T, seed uint64, c simCfg) {
-	n := newSimNet(t, seed, c.faults)
+	n := newSimNetMTU(t, seed, c.faults, c.mtu)
 	rng := rand.New(rand.NewPCG(seed, 42))
 	a, b, cqs := connect(t, n, c.typ, c.psnA, c.psnB, c.mtu, nil)
 	qps := [2]*QP{a, b}
@@ -172,7 +172,8 @@ func runSim(t *testing.T, seed uint64, c simCfg) {
 				op.wr.SGL = []SGE{{Addr: op.dst, Length: 8, LKey: localKey}}
 			}
 			if c.typ == UD {
-				op.wr.AV = &qps[i].attr.AV
+				av := simAV(i)
+				op.wr.AV = &av
 				op.wr.RemoteQPN, op.wr.RemoteQKey = qps[1-i].QPN(), 0x11111111
 			}
 			if op.recv {
@@ -376,6 +377,25 @@ func TestSimRCLossy(t *testing.T) {
 				c.psnA, c.psnB = 1<<24-1-rng.Uint32N(300), 1<<24-1-rng.Uint32N(300)
 			}
 			runSim(t, seed, c)
+		})
+	}
+}
+
+func TestSimUCClean(t *testing.T) {
+	for seed := range uint64(simSeeds(4, 12)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 9))
+			runSim(t, seed, simCfg{typ: UC, ops: 40, mtu: []MTU{MTU256, MTU1024, MTU4096}[seed%3], window: 64,
+				psnA: 1<<24 - 1 - rng.Uint32N(100), psnB: rng.Uint32N(1 << 24), faults: faults{delay: time.Microsecond}})
+		})
+	}
+}
+
+func TestSimUDClean(t *testing.T) {
+	for seed := range uint64(simSeeds(4, 12)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			runSim(t, seed, simCfg{typ: UD, ops: 40, mtu: []MTU{MTU256, MTU1024, MTU4096}[seed%3], window: 64,
+				faults: faults{delay: time.Microsecond}})
 		})
 	}
 }
