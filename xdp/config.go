@@ -63,6 +63,13 @@ type Config struct {
 	BusyPoll       time.Duration
 	BusyPollBudget int
 
+	// Spin is how long a Receive that may wait keeps looking at the RX
+	// ring (yielding the processor in between) before it sleeps in
+	// poll(2). Sleeping costs the sender a wakeup and the receiver a
+	// context switch per batch; spinning costs CPU while the link is idle.
+	// Default 0: sleep at once.
+	Spin time.Duration
+
 	// BusyRetry is how long binding keeps retrying a queue the kernel
 	// reports busy (EBUSY), which happens right after a previous socket on
 	// it was closed. Default 2 s; negative: do not retry.
@@ -141,6 +148,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BusyRetry == 0 {
 		c.BusyRetry = 2 * time.Second
+	}
+	if c.Spin < 0 {
+		return c, fmt.Errorf("config: negative spin time")
 	}
 	if c.BusyPoll < 0 {
 		return c, fmt.Errorf("config: negative busy poll time")

@@ -127,6 +127,7 @@ func Open(ifname string, cfg Config) (_ *Device, err error) {
 			busyPoll:   cfg.BusyPoll,
 			busyBudget: cfg.BusyPollBudget,
 			busyWait:   max(cfg.BusyRetry, 0),
+			spin:       cfg.Spin,
 		}
 		if i > 0 {
 			p.sharedFD = d.sockets[0].fd
