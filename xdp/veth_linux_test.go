@@ -267,6 +267,7 @@ func TestVethBothWays(t *testing.T) {
 		{"mtu9000/generic", 9000, Config{RingSize: 512, Attach: AttachGeneric}},
 		{"mtu1500/busypoll", 1500, Config{RingSize: 512, BusyPoll: 20 * time.Microsecond, BusyPollBudget: 16}},
 		{"mtu1500/copy", 1500, Config{RingSize: 512, Mode: ModeCopy}},
+		{"mtu1500/spin", 1500, Config{RingSize: 512, Spin: 50 * time.Microsecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -435,9 +436,16 @@ func TestOwnership(t *testing.T) {
 	recvCheckT(t, a, p.B, p.A, 2, []int{300})
 }
 
-// TestReceiveWakeup checks the timeout, Wakeup and Close paths of Receive.
+// TestReceiveWakeup checks the timeout, Wakeup and Close paths of Receive,
+// sleeping at once and after a spin.
 func TestReceiveWakeup(t *testing.T) {
-	_, da, _ := pairT(t, netns.Config{}, Config{RingSize: 64})
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		t.Run(fmt.Sprint("spin", spin), func(t *testing.T) { receiveWakeup(t, spin) })
+	}
+}
+
+func receiveWakeup(t *testing.T, spin time.Duration) {
+	_, da, _ := pairT(t, netns.Config{}, Config{RingSize: 64, Spin: spin})
 	s := da.Sockets()[0]
 	bufs := make([][]byte, 4)
 	start := time.Now()
