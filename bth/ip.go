@@ -2,6 +2,7 @@ package bth
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net"
 	"net/netip"
 )
@@ -129,16 +130,17 @@ func (h IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(h[16:20])) }
 // ChecksumValid reports whether the header checksum is correct.
 func (h IPv4) ChecksumValid() bool { return ipv4Sum(h) == 0xffff }
 
-// ipv4Sum returns the folded ones' complement sum of the 20-byte header.
+// ipv4Sum returns the folded ones' complement sum of the 20-byte header,
+// added 64 bits at a time with end-around carries (RFC 1071 §2).
 func ipv4Sum(h []byte) uint16 {
 	_ = h[IPv4Size-1]
-	s := uint64(binary.BigEndian.Uint32(h[0:])) + uint64(binary.BigEndian.Uint32(h[4:])) +
-		uint64(binary.BigEndian.Uint32(h[8:])) + uint64(binary.BigEndian.Uint32(h[12:])) +
-		uint64(binary.BigEndian.Uint32(h[16:]))
-	s = s>>32 + s&0xffffffff
-	s = s>>16 + s&0xffff
-	s = s>>16 + s&0xffff
-	return uint16(s>>16 + s&0xffff)
+	s, c := bits.Add64(binary.BigEndian.Uint64(h[0:]), binary.BigEndian.Uint64(h[8:]), 0)
+	s, c = bits.Add64(s, uint64(binary.BigEndian.Uint32(h[16:])), c)
+	s += c // cannot carry again: s < 2^64-1 after a carry
+	t := s>>32 + s&0xffffffff
+	t = t>>16 + t&0xffff
+	t = t>>16 + t&0xffff
+	return uint16(t>>16 + t&0xffff)
 }
 
 // SetChecksum computes and stores the header checksum.
