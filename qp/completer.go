@@ -28,9 +28,9 @@ func (q *QP) onResponse(f *bth.Frame, op bth.Opcode) bool {
 			return false
 		}
 	case op.IsReadResponse():
-		q.onReadResponse(f, op, psn)
+		return q.onReadResponse(f, op, psn)
 	case op == bth.RCAtomicAck:
-		q.onAtomicAck(f, psn)
+		return q.onAtomicAck(f, psn)
 	default:
 		return false
 	}
@@ -131,20 +131,22 @@ func (q *QP) implicitNak() {
 	q.rewind(q.compPSN)
 }
 
-func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
+// onReadResponse places a READ response packet; false means it matched
+// no outstanding READ (stale or stray).
+func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	q.ackBefore(psn)
 	if q.sqHead == q.sqTail {
-		return
+		return false
 	}
 	w := q.sqAt(q.sqHead)
 	if !w.started || w.wr.Opcode != WRRDMARead || psn.Diff(w.firstPSN) < 0 || psn.Diff(w.lastPSN) > 0 {
-		return // stale
+		return false
 	}
 	if psn != q.compPSN {
 		if q.compPSN.Less(psn) {
 			q.implicitNak()
 		}
-		return
+		return true
 	}
 	off := uint32(psn.Diff(w.firstPSN)) * q.mtu
 	want := min(q.mtu, w.length-off)
@@ -152,7 +154,7 @@ func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
 	if uint32(len(f.Payload)) != want || isLast != op.IsLast() {
 		q.popSend(w, WCBadRespErr)
 		q.toError()
-		return
+		return true
 	}
 	scatter(w.src, off, f.Payload)
 	q.compPSN = psn.Add(1)
@@ -160,24 +162,27 @@ func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
 		q.popSend(w, WCSuccess)
 	}
 	q.onProgress()
+	return true
 }
 
-func (q *QP) onAtomicAck(f *bth.Frame, psn bth.PSN) {
+func (q *QP) onAtomicAck(f *bth.Frame, psn bth.PSN) bool {
 	q.ackBefore(psn)
 	if q.sqHead == q.sqTail {
-		return
+		return false
 	}
 	w := q.sqAt(q.sqHead)
 	if !w.started || !w.wr.Opcode.isAtomic() || psn != w.firstPSN {
 		if w.started && w.wr.Opcode.isReadLike() && w.firstPSN.Less(psn) {
 			q.implicitNak()
+			return true
 		}
-		return
+		return false
 	}
 	scatter(w.src, 0, binary.LittleEndian.AppendUint64(q.scratch[:0], f.AtomicAckETH.OrigRemoteData()))
 	q.compPSN = psn.Add(1)
 	q.popSend(w, WCSuccess)
 	q.onProgress()
+	return true
 }
 
 // onRNRNak: the responder had no receive buffer for the message at psn.
