@@ -115,6 +115,7 @@ type QP struct {
 	ff      bth.FrameFields // frame template from the address vector
 	blocked bool            // Output ran out of buffers during this Poll
 	scratch [8]byte
+	wc      WC // completion handed to a CQ
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.

@@ -416,5 +416,5 @@ func (q *QP) completeSend(w *sendWQE, st WCStatus) {
 	if st == WCSuccess && w.wr.Opcode == WRRDMARead {
 		wc.ByteLen = w.length
 	}
-	q.sendCQ.Complete(&wc)
+	q.sendCQ.Complete(q.wcOut(wc))
 }

@@ -64,7 +64,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	}
 	q.rqTail++
 	if q.state == StateErr {
-		q.recvCQ.Complete(&WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn})
+		q.recvCQ.Complete(q.wcOut(WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}))
 		q.rqHead++
 	}
 	return nil
@@ -94,12 +94,19 @@ func (q *QP) takeRecv() (w *recvWQE, bad bool) {
 }
 
 // completeRecv pops the head receive request with a completion.
-func (q *QP) completeRecv(wc *WC) {
+func (q *QP) completeRecv(wc WC) {
 	w := q.rqAt(q.rqHead)
 	wc.ID, wc.QPN = w.id, q.qpn
 	w.dst = w.dst[:0]
 	q.rqHead++
-	q.recvCQ.Complete(wc)
+	q.recvCQ.Complete(q.wcOut(wc))
+}
+
+// wcOut copies wc into the QP's completion buffer, so that handing it to
+// the CQ interface allocates nothing.
+func (q *QP) wcOut(wc WC) *WC {
+	q.wc = wc
+	return &q.wc
 }
 
 func (q *QP) resetResponder() {
@@ -210,7 +217,7 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 			return false
 		}
 		if bad {
-			q.completeRecv(&WC{Status: WCLocProtErr, Opcode: WCRecv})
+			q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
 			if reliable {
 				q.fatalNak(bth.NakRemoteOpError)
 			}
@@ -222,7 +229,7 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	n := uint32(len(f.Payload))
 	if uint64(q.in.off)+uint64(n) > uint64(w.capacity) {
 		q.in = inMsg{}
-		q.completeRecv(&WC{Status: WCLocLenErr, Opcode: WCRecv})
+		q.completeRecv(WC{Status: WCLocLenErr, Opcode: WCRecv})
 		if reliable {
 			q.fatalNak(bth.NakInvalidRequest)
 		}
@@ -243,14 +250,14 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		wc.InvKey = f.IETH.RKey()
 		if !q.mem.Invalidate(wc.InvKey) {
 			q.in = inMsg{}
-			q.completeRecv(&WC{Status: WCRemInvReqErr, Opcode: WCRecv})
+			q.completeRecv(WC{Status: WCRemInvReqErr, Opcode: WCRecv})
 			q.fatalNak(bth.NakInvalidRequest)
 			return false
 		}
 	}
 	q.in = inMsg{}
 	q.msn++
-	q.completeRecv(&wc)
+	q.completeRecv(wc)
 	return true
 }
 
@@ -307,7 +314,7 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	q.in = inMsg{}
 	q.msn++
 	if op.HasImm() {
-		q.completeRecv(&WC{Opcode: WCRecvRDMAWithImm, Flags: WCWithImm, Imm: f.ImmDt.Imm(), ByteLen: total})
+		q.completeRecv(WC{Opcode: WCRecvRDMAWithImm, Flags: WCWithImm, Imm: f.ImmDt.Imm(), ByteLen: total})
 	}
 	return true
 }
@@ -563,12 +570,12 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 		return false
 	}
 	if bad {
-		q.completeRecv(&WC{Status: WCLocProtErr, Opcode: WCRecv})
+		q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
 		return false
 	}
 	n := uint32(len(f.Payload))
 	if uint64(n)+grhSize > uint64(w.capacity) {
-		q.completeRecv(&WC{Status: WCLocLenErr, Opcode: WCRecv})
+		q.completeRecv(WC{Status: WCLocLenErr, Opcode: WCRecv})
 		return false
 	}
 	var grh [grhSize]byte
@@ -584,6 +591,6 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 		wc.Flags |= WCWithImm
 		wc.Imm = f.ImmDt.Imm()
 	}
-	q.completeRecv(&wc)
+	q.completeRecv(wc)
 	return true
 }

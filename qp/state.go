@@ -385,7 +385,7 @@ func (q *QP) flush() {
 	q.flushSQ()
 	for q.rqHead != q.rqTail {
 		w := &q.rq[q.rqHead%uint32(len(q.rq))]
-		q.recvCQ.Complete(&WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn})
+		q.recvCQ.Complete(q.wcOut(WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}))
 		q.rqHead++
 	}
 	q.resetResponder()
@@ -394,7 +394,7 @@ func (q *QP) flush() {
 func (q *QP) flushSQ() {
 	for q.sqHead != q.sqTail {
 		w := q.sqAt(q.sqHead)
-		q.sendCQ.Complete(&WC{ID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn})
+		q.sendCQ.Complete(q.wcOut(WC{ID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPN: q.qpn}))
 		q.sqHead++
 	}
 	q.sqReq = q.sqHead

@@ -1,0 +1,172 @@
+package qp
+
+import (
+	"testing"
+	"time"
+)
+
+// queueOut is an Output that keeps sent frames in a queue and recycles
+// buffers through a free list.
+type queueOut struct {
+	free [][]byte
+	q    [][]byte
+}
+
+func (o *queueOut) Alloc() []byte {
+	if n := len(o.free); n > 0 {
+		b := o.free[n-1]
+		o.free = o.free[:n-1]
+		return b[:cap(b)]
+	}
+	return make([]byte, bufSize)
+}
+
+func (o *queueOut) Send(b []byte) { o.q = append(o.q, b) }
+
+type countCQ struct {
+	n   int
+	bad int
+}
+
+func (c *countCQ) Complete(wc *WC) {
+	c.n++
+	if wc.Status != WCSuccess {
+		c.bad++
+	}
+}
+
+// memPair is a requester→responder pair wired back to back in memory.
+type memPair struct {
+	out      [2]*queueOut
+	e        [2]*Engine
+	q        [2]*QP
+	cq       [4]*countCQ
+	now      time.Duration
+	dataPkts int // frames from 0 to 1
+}
+
+func newMemPair(tb testing.TB, mtu MTU) *memPair {
+	p := &memPair{}
+	for i := range 2 {
+		p.out[i] = &queueOut{}
+		p.e[i], _ = NewEngine(EngineConfig{Out: p.out[i]})
+		mem := newTestMem()
+		mem.add(localKey, localBase, 2<<20, AccessLocalWrite)
+		mem.add(remoteKey, remBase, 2<<20, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+		p.cq[2*i], p.cq[2*i+1] = &countCQ{}, &countCQ{}
+		q, err := p.e[i].CreateQP(Config{Type: RC, QPN: uint32(0x100 + i), SendCQ: p.cq[2*i], RecvCQ: p.cq[2*i+1], Mem: mem,
+			MaxSendWR: 256, MaxRecvWR: 256})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p.q[i] = q
+	}
+	for i, q := range p.q {
+		for _, s := range []struct {
+			a Attr
+			m AttrMask
+		}{
+			{Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead}, AttrPKey | AttrPort | AttrAccessFlags},
+			{Attr{State: StateRTR, AV: simAV(i), PathMTU: mtu, DestQPN: p.q[1-i].QPN(), RQPSN: 1<<24 - 1000, MaxDestRdAtomic: 8, MinRNRTimer: 1},
+				AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
+			{Attr{State: StateRTS, SQPSN: 1<<24 - 1000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8},
+				AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic},
+		} {
+			if err := q.Modify(&s.a, AttrState|s.m); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return p
+}
+
+// pump moves frames both ways until both sides are quiet.
+func (p *memPair) pump() {
+	for {
+		moved := false
+		for i := range 2 {
+			p.e[i].Poll(p.now)
+			o := p.out[i]
+			if len(o.q) == 0 {
+				continue
+			}
+			moved = true
+			if i == 0 {
+				p.dataPkts += len(o.q)
+			}
+			p.e[1-i].Input(o.q, p.now)
+			o.free = append(o.free, o.q...)
+			o.q = o.q[:0]
+		}
+		if !moved {
+			return
+		}
+		p.now += time.Microsecond
+	}
+}
+
+var (
+	sendWR  = SendWR{Opcode: WRSend, SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}, Flags: SendSignaled}
+	recvWR  = RecvWR{SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}}
+	writeWR = SendWR{Opcode: WRRDMAWrite, SGL: []SGE{{Addr: localBase, Length: 1 << 20, LKey: localKey}},
+		RemoteAddr: remBase, RKey: remoteKey, Flags: SendSignaled}
+)
+
+// sendBatch posts n 64-byte SENDs (and their receives) and runs them to
+// completion.
+func (p *memPair) sendBatch(n int) {
+	for range n {
+		_ = p.q[1].PostRecv(&recvWR)
+		_ = p.q[0].PostSend(&sendWR)
+	}
+	p.pump()
+}
+
+func (p *memPair) writeOne() {
+	_ = p.q[0].PostSend(&writeWR)
+	p.pump()
+}
+
+func TestSteadyStateAllocs(t *testing.T) {
+	p := newMemPair(t, MTU1024)
+	p.sendBatch(64) // warm up: free lists and queues reach their size
+	if a := testing.AllocsPerRun(50, func() { p.sendBatch(32) }); a != 0 {
+		t.Errorf("32 SENDs of 64 bytes: %v allocations, want 0", a)
+	}
+	w := newMemPair(t, MTU4096)
+	w.writeOne()
+	if a := testing.AllocsPerRun(20, w.writeOne); a != 0 {
+		t.Errorf("1 MiB WRITE: %v allocations, want 0", a)
+	}
+	if p.cq[0].bad+w.cq[0].bad != 0 || p.cq[0].n != 64+51*32 || p.cq[3].n != p.cq[0].n || w.cq[0].n != 22 {
+		t.Fatalf("completions: sends %d (bad %d), receives %d, writes %d", p.cq[0].n, p.cq[0].bad, p.cq[3].n, w.cq[0].n)
+	}
+}
+
+func BenchmarkSend64(b *testing.B) {
+	p := newMemPair(b, MTU1024)
+	p.sendBatch(64)
+	p.dataPkts = 0
+	b.ReportAllocs()
+	b.SetBytes(64)
+	b.ResetTimer()
+	const batch = 64
+	for i := 0; i < b.N; i += batch {
+		p.sendBatch(min(batch, b.N-i))
+	}
+	b.ReportMetric(float64(p.dataPkts)/b.Elapsed().Seconds(), "pkts/s")
+}
+
+func BenchmarkWrite1MiB(b *testing.B) {
+	p := newMemPair(b, MTU4096)
+	p.writeOne()
+	p.dataPkts = 0
+	b.ReportAllocs()
+	b.SetBytes(1 << 20)
+	b.ResetTimer()
+	for range b.N {
+		p.writeOne()
+	}
+	b.ReportMetric(float64(p.dataPkts)/b.Elapsed().Seconds(), "pkts/s")
+	b.ReportMetric(float64(b.N)*(1<<20)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+}
