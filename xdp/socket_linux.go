@@ -216,8 +216,16 @@ func newSocket(p socketParams) (_ *Socket, err error) {
 		sa.SharedUmemFD = uint32(p.sharedFD)
 	}
 	if err := bindRetry(fd, sa, p.busyWait); err != nil {
+		if p.sg && p.sharedFD < 0 && errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, fmt.Errorf("bind AF_XDP socket to %s queue %d with multi-buffer (XDP_USE_SG, Linux 6.6+, needed above %d-byte frames): %w: %w",
+				p.info.Name, p.info.Queue, p.um.frameSize-p.um.headroom-unix.XDP_PACKET_HEADROOM, ErrMTU, err)
+		}
 		if p.mode == ModeZeroCopy && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
 			return nil, fmt.Errorf("bind AF_XDP socket to %s queue %d: %w: %w", p.info.Name, p.info.Queue, ErrNoZeroCopy, err)
+		}
+		if errors.Is(err, unix.EINVAL) {
+			return nil, fmt.Errorf("bind AF_XDP socket to %s queue %d (does the interface have that queue? see ethtool -l): %w",
+				p.info.Name, p.info.Queue, err)
 		}
 		return nil, classify(fmt.Sprintf("bind AF_XDP socket to %s queue %d", p.info.Name, p.info.Queue), err)
 	}

@@ -506,6 +506,8 @@ func receiveWakeup(t *testing.T, spin time.Duration) {
 func TestCloseAndRebind(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	peer := openT(t, p.B, Config{RingSize: 64})
+	umems := umemHook(t)
+	fds0, maps0 := resources(t)
 	busy := 0
 	for i := range 20 {
 		err := p.A.Do(func() error {
@@ -540,6 +542,16 @@ func TestCloseAndRebind(t *testing.T) {
 			t.Fatalf("second close #%d: %v", i, err)
 		}
 	}
+	// Everything the 40 devices held is gone.
+	if fds1, maps1 := resources(t); fds1 != fds0 || len(maps1) != len(maps0) {
+		t.Errorf("after 40 open/close: fds %d→%d, socket maps %d→%d", fds0, fds1, len(maps0), len(maps1))
+	}
+	if len(*umems) != 40 {
+		t.Errorf("%d UMEMs made by 40 opens", len(*umems))
+	}
+	for _, r := range *umems {
+		umemGone(t, r.u, r.base, r.size)
+	}
 }
 
 // resources counts our file descriptors and the mappings AF_XDP leaves: ring
@@ -564,20 +576,39 @@ func resources(t *testing.T) (fds int, maps []string) {
 	return len(ents), maps
 }
 
-// mapped reports whether address a is inside any mapping of the process.
-func mapped(t *testing.T, a uintptr) bool {
+// umemGone checks that a UMEM was unmapped: its memory is released in our
+// bookkeeping and no mapping of exactly its range is left. (A later mapping
+// may reuse the addresses, and an anonymous mapping may merge with its
+// neighbours, so the address alone proves nothing.)
+func umemGone(t *testing.T, u *umem, base uintptr, size int) {
 	t.Helper()
+	if u.mem != nil || u.refs.Load() != 0 {
+		t.Errorf("UMEM at %#x: %d references left, memory still held", base, u.refs.Load())
+	}
 	data, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(data), "\n") {
 		var lo, hi uintptr
-		if _, err := fmt.Sscanf(l, "%x-%x", &lo, &hi); err == nil && a >= lo && a < hi {
-			return true
+		if _, err := fmt.Sscanf(l, "%x-%x", &lo, &hi); err == nil && lo == base && hi == base+uintptr(size) {
+			t.Errorf("UMEM mapping still present: %s", l)
 		}
 	}
-	return false
+}
+
+// umemHook records every UMEM Open makes until the test ends.
+type umemRec struct {
+	u    *umem
+	base uintptr
+	size int
+}
+
+func umemHook(t *testing.T) *[]umemRec {
+	var recs []umemRec
+	testHookUMEM = func(u *umem) { recs = append(recs, umemRec{u, u.base, len(u.mem)}) }
+	t.Cleanup(func() { testHookUMEM = nil })
+	return &recs
 }
 
 // TestOpenFailureLeaksNothing fails Open halfway (a queue the veth does not
@@ -585,10 +616,7 @@ func mapped(t *testing.T, a uintptr) bool {
 // that every fd and mapping is gone.
 func TestOpenFailureLeaksNothing(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
-	var umems []uintptr
-	testHookUMEM = func(u *umem) { umems = append(umems, u.base) }
-	defer func() { testHookUMEM = nil }()
-
+	umems := umemHook(t)
 	fds0, maps0 := resources(t)
 	err := p.A.Do(func() error {
 		_, err := Open(p.A.Ifname, Config{Queues: []int{0, 7}, RingSize: 64})
@@ -608,12 +636,11 @@ func TestOpenFailureLeaksNothing(t *testing.T) {
 	if len(maps1) != len(maps0) {
 		t.Errorf("socket mappings: %d before, %d after a failed Open:\n%s", len(maps0), len(maps1), strings.Join(maps1, "\n"))
 	}
-	if len(umems) != 1 {
-		t.Fatalf("Open made %d UMEMs, want 1", len(umems))
+	if len(*umems) != 1 {
+		t.Fatalf("Open made %d UMEMs, want 1", len(*umems))
 	}
-	if mapped(t, umems[0]) {
-		t.Errorf("UMEM at %#x still mapped after a failed Open", umems[0])
-	}
+	r := (*umems)[0]
+	umemGone(t, r.u, r.base, r.size)
 	// The interface is clean: a new Open works and gets frames.
 	peer := openT(t, p.B, Config{RingSize: 64})
 	d := openT(t, p.A, Config{RingSize: 64})
