@@ -34,7 +34,8 @@ type Frame struct {
 	PadLen  int    // pad bytes between payload and ICRC (BTH PadCnt)
 	ICRC    uint32 // ICRC as received (the little-endian word on the wire)
 
-	pkt     []byte // IP header through the ICRC
+	pkt     []byte     // IP header through the ICRC
+	extSet  ExtHeaders // extension header views currently set
 	err     DecodeError
 	scratch icrcScratch
 }
@@ -76,12 +77,13 @@ func (f *Frame) Decode(b []byte) error {
 			return f.fail(LayerIPv4, ReasonTruncated, len(b))
 		}
 		ip := IPv4(b[off : off+IPv4Size : off+IPv4Size])
-		switch {
-		case ip.Version() != 4:
-			return f.fail(LayerIPv4, ReasonIPVersion, off)
-		case ip.IHL() < 5:
-			return f.fail(LayerIPv4, ReasonLength, off)
-		case ip.IHL() > 5:
+		if ip[0] != 0x45 { // version 4, IHL 5
+			switch {
+			case ip.Version() != 4:
+				return f.fail(LayerIPv4, ReasonIPVersion, off)
+			case ip.IHL() < 5:
+				return f.fail(LayerIPv4, ReasonLength, off)
+			}
 			return f.fail(LayerIPv4, ReasonIPOptions, off)
 		}
 		ipLen = int(ip.TotalLen())
@@ -91,7 +93,7 @@ func (f *Frame) Decode(b []byte) error {
 		if len(b)-off < ipLen {
 			return f.fail(LayerIPv4, ReasonTruncated, len(b))
 		}
-		if ip.MF() || ip.FragOff() != 0 {
+		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 { // MF or fragment offset
 			return f.fail(LayerIPv4, ReasonFragment, off+6)
 		}
 		if ip.Protocol() != ProtocolUDP {
@@ -162,9 +164,10 @@ func (f *Frame) Decode(b []byte) error {
 		return f.fail(LayerExt, ReasonTruncated, ipOff+len(pkt))
 	}
 	off += BTHSize
-	if op.hdrs == 0 {
+	if f.extSet != op.hdrs {
 		f.clearExt()
-	} else {
+	}
+	if op.hdrs != 0 {
 		off = f.extHeaders(pkt, off, op.hdrs)
 	}
 	pad := int(f.BTH.PadCnt())
@@ -191,10 +194,10 @@ func isV4Mapped(a []byte) bool {
 }
 
 // extHeaders sets the extension header views for set h starting at off
-// (nil for those not in h) and returns the offset after them. The caller
-// has checked the length.
+// and returns the offset after them. The caller has checked the length and
+// cleared the views not in h.
 func (f *Frame) extHeaders(pkt []byte, off int, h ExtHeaders) int {
-	f.clearExt()
+	f.extSet = h
 	if h.Has(ExtDETH) {
 		f.DETH = DETH(pkt[off : off+DETHSize : off+DETHSize])
 		off += DETHSize
@@ -237,6 +240,7 @@ func (f *Frame) extHeaders(pkt []byte, off int, h ExtHeaders) int {
 func (f *Frame) clearExt() {
 	f.DETH, f.FETH, f.RETH, f.AtomicETH, f.AETH = nil, nil, nil, nil, nil
 	f.AtomicAckETH, f.ImmDt, f.IETH, f.CNPReserved = nil, nil, nil, nil
+	f.extSet = 0
 }
 
 // reset clears the views (not the scratch space).

@@ -323,3 +323,26 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Fields and address helpers: %v allocs, want 0", n)
 	}
 }
+
+// TestFrameReuse decodes frames of every kind one after another into the
+// same Frame: no view of an earlier frame may survive.
+func TestFrameReuse(t *testing.T) {
+	ss := samples()
+	frames := make([][]byte, len(ss))
+	for i := range ss {
+		frames[i] = buildSample(t, &ss[i])
+	}
+	var f Frame
+	for round := range 3 {
+		for i := range frames {
+			j := (i*7 + round) % len(frames)
+			if err := f.Decode(frames[j]); err != nil {
+				t.Fatalf("%s: %v", ss[j].name, err)
+			}
+			checkInvariants(t, &f, frames[j])
+			if !f.VerifyICRC() {
+				t.Fatalf("%s: ICRC", ss[j].name)
+			}
+		}
+	}
+}
