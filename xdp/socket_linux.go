@@ -60,6 +60,7 @@ type Socket struct {
 	linOwner []owner
 	pfd      [2]unix.PollFd
 	efdBuf   [8]byte
+	dead     unix.Errno // why the kernel unbound the socket (SO_ERROR), 0 if it did not
 
 	closed atomic.Bool
 	// fdMu guards efd against Wakeup racing with Close.
@@ -355,6 +356,9 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 	if s.closed.Load() {
 		return 0, link.ErrClosed
 	}
+	if s.dead != 0 {
+		return 0, s.checkDead()
+	}
 	s.refill()
 	if s.copyMode && s.tx.outstanding() != 0 {
 		// A Transmit left descriptors behind (completion ring full):
@@ -419,9 +423,24 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 			return n, nil
 		}
 		if timeout > 0 && !time.Now().Before(deadline) {
-			return 0, nil
+			return 0, s.checkDead()
 		}
 	}
+}
+
+// checkDead reports the error that unbound the socket, if any: when its
+// interface goes away the kernel unbinds it and sets ENETDOWN in SO_ERROR,
+// and poll(2) then just never reports input. Receive looks on timeouts
+// (reading SO_ERROR clears it, so the error is kept).
+func (s *Socket) checkDead() error {
+	if s.dead == 0 {
+		serr, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil || serr == 0 {
+			return nil
+		}
+		s.dead = unix.Errno(serr)
+	}
+	return fmt.Errorf("receive on %s queue %d: socket unbound: %w", s.info.Name, s.info.Queue, s.dead)
 }
 
 // spinReceive polls the RX ring without sleeping for up to d, yielding the
@@ -667,9 +686,11 @@ func (s *Socket) reap() {
 	s.comp.release(n)
 }
 
-// Transmit implements link.Link. Buffers from Alloc and received buffers
-// (resliced within their chunk) can be sent; a frame longer than a chunk
-// goes out as several descriptors chained with XDP_PKT_CONTD.
+// Transmit implements link.Link. Buffers from Alloc (resliced as the frame
+// needs) and received buffers that fit one chunk (for in-place replies) can
+// be sent; a received frame that was linearized (longer than a chunk) cannot:
+// copy it into an Alloc'd buffer. A frame longer than a chunk goes out as
+// several descriptors chained with XDP_PKT_CONTD, without copying.
 func (s *Socket) Transmit(bufs [][]byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/link"
@@ -798,4 +799,53 @@ func rxPackets(t *testing.T, h *netns.Host) uint64 {
 		t.Fatalf("read %s counters: %v", h.Ifname, err)
 	}
 	return n
+}
+
+// TestInterfaceRemoved deletes the veth (and its namespaces) under open
+// sockets: Receive and Transmit must fail or return nothing rather than hang
+// or crash, and Close must still release everything.
+func TestInterfaceRemoved(t *testing.T) {
+	p, err := netns.New(netns.Config{})
+	if err != nil {
+		t.Skipf("no test network: %v", err)
+	}
+	var d *Device
+	if err := p.A.Do(func() error {
+		d, err = Open(p.A.Ifname, Config{RingSize: 64})
+		return err
+	}); err != nil {
+		p.Close()
+		if errors.Is(err, ErrNotSupported) || errors.Is(err, ErrPermission) {
+			t.Skipf("cannot open AF_XDP here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	s := d.Sockets()[0]
+	fds0, _ := resources(t)
+	if err := p.Close(); err != nil {
+		t.Fatalf("remove network: %v", err)
+	}
+	bufs := make([][]byte, 8)
+	start := time.Now()
+	n, err := s.Receive(bufs, 50*time.Millisecond)
+	t.Logf("Receive after removal: %d, %v after %v", n, err, time.Since(start))
+	if n != 0 || err == nil || time.Since(start) > 5*time.Second {
+		t.Errorf("Receive after removal = %d, %v after %v, want an error at once", n, err, time.Since(start))
+	}
+	if n, err := s.Receive(bufs, 0); n != 0 || !errors.Is(err, unix.ENETDOWN) {
+		t.Errorf("second Receive after removal = %d, %v, want ENETDOWN", n, err)
+	}
+	if m := s.Alloc(bufs); m > 0 {
+		sent, err := s.Transmit(bufs[:m])
+		t.Logf("Transmit after removal: %d, %v", sent, err)
+		if err == nil {
+			t.Errorf("Transmit after removal: no error")
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Logf("Close after removal: %v", err)
+	}
+	if fds1, _ := resources(t); fds1 >= fds0 {
+		t.Errorf("fds %d before Close, %d after: Close released nothing", fds0, fds1)
+	}
 }
