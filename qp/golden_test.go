@@ -1,0 +1,217 @@
+package qp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+)
+
+type capture struct {
+	client, server []bth.Frame // frames in each direction, in order
+	rawC, rawS     [][]byte
+	all            []bth.Frame
+	fromClient     []bool
+}
+
+func loadCapture(t *testing.T, name string) *capture {
+	c := &capture{}
+	for _, b := range readPcap(t, name) {
+		var f bth.Frame
+		if err := f.Decode(b); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !f.VerifyICRC() {
+			t.Fatalf("%s: bad ICRC in the capture", name)
+		}
+		fromClient := len(c.all) == 0 || f.SrcIP() == c.all[0].SrcIP()
+		c.all = append(c.all, f)
+		c.fromClient = append(c.fromClient, fromClient)
+		if fromClient {
+			c.client = append(c.client, f)
+			c.rawC = append(c.rawC, b)
+		} else {
+			c.server = append(c.server, f)
+			c.rawS = append(c.rawS, b)
+		}
+	}
+	return c
+}
+
+// transport returns a frame's bytes from the BTH to the end of the pad.
+func transport(f *bth.Frame) []byte {
+	p := f.Packet()
+	ip := bth.IPv4Size
+	if f.IsIPv6() {
+		ip = bth.IPv6Size
+	}
+	return p[ip+bth.UDPSize : len(p)-bth.ICRCSize]
+}
+
+// goldenQP makes a QP in RTS that plays one side of a capture.
+func goldenQP(t *testing.T, out Output, mem Memory, self, peer *bth.Frame, qpn, dest uint32, rqPSN, sqPSN bth.PSN) (*Engine, *QP) {
+	e, err := NewEngine(EngineConfig{Out: out, LocalIPs: []netip.Addr{self.DstIP()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.CreateQP(Config{Type: RC, QPN: qpn, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Mem: mem, MaxSendWR: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	av := AddressVector{SrcIP: self.DstIP(), DstIP: self.SrcIP(), SrcMAC: [6]byte(self.DstMAC()), DstMAC: [6]byte(self.SrcMAC()), HopLimit: 64}
+	for _, s := range []struct {
+		a Attr
+		m AttrMask
+	}{
+		{Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}, AttrPKey | AttrPort | AttrAccessFlags},
+		{Attr{State: StateRTR, AV: av, PathMTU: MTU1024, DestQPN: dest, RQPSN: rqPSN, MaxDestRdAtomic: 16, MinRNRTimer: 12},
+			AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
+		{Attr{State: StateRTS, SQPSN: sqPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic},
+	} {
+		if err := q.Modify(&s.a, AttrState|s.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, q
+}
+
+// TestGoldenResponder plays the server of rxe captures (perftest
+// ib_write_bw, ib_read_bw, ib_atomic_bw): fed the client's frames one by
+// one, it must answer with exactly the transport bytes rxe sent: ACKs,
+// READ responses and atomic ACKs with the same opcodes, PSNs, syndromes,
+// MSNs and payload.
+func TestGoldenResponder(t *testing.T) {
+	for _, name := range []string{"04_write_bw_s8192.pcap", "05_read_bw_s8192.pcap", "06_atomic_bw.pcap"} {
+		t.Run(name, func(t *testing.T) {
+			c := loadCapture(t, name)
+			first := &c.client[0]
+			mem := newTestMem()
+			var va uint64
+			var rkey, n uint32
+			switch {
+			case first.RETH != nil:
+				va, rkey, n = first.RETH.VA(), first.RETH.RKey(), first.RETH.DMALen()
+			case first.AtomicETH != nil:
+				va, rkey = first.AtomicETH.VA(), first.AtomicETH.RKey()
+				end := va + 8
+				for i := range c.client {
+					a := c.client[i].AtomicETH.VA()
+					va, end = min(va, a), max(end, a+8)
+				}
+				n = uint32(end - va)
+			}
+			r := mem.add(rkey, va, int(n), AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+			// What the server's memory held: the first READ's response data,
+			// or the first atomic ACK's original value.
+			off := 0
+			for i := range c.server {
+				s := &c.server[i]
+				if s.Opcode().IsReadResponse() && off < len(r.buf) {
+					off += copy(r.buf[off:], s.Payload)
+				}
+			}
+			if first.AtomicETH != nil {
+				seen := map[uint64]bool{}
+				for i := range c.client {
+					a := c.client[i].AtomicETH.VA()
+					if !seen[a] {
+						seen[a] = true
+						binary.LittleEndian.PutUint64(r.buf[a-va:], c.server[i].AtomicAckETH.OrigRemoteData())
+					}
+				}
+			}
+			out := &nullOut{}
+			e, _ := goldenQP(t, out, mem, first, nil, first.BTH.DestQP(), c.server[0].BTH.DestQP(), first.BTH.PSN(), 0)
+			var got []bth.Frame
+			for i := range c.client {
+				out.sent = out.sent[:0]
+				e.Input([][]byte{c.rawC[i]}, 0)
+				e.Poll(0)
+				for _, b := range out.sent {
+					var f bth.Frame
+					if err := f.Decode(b); err != nil || !f.VerifyICRC() {
+						t.Fatalf("sent a bad frame: %v", err)
+					}
+					got = append(got, f)
+				}
+			}
+			if len(got) != len(c.server) {
+				t.Fatalf("sent %d frames, rxe sent %d", len(got), len(c.server))
+			}
+			for i := range got {
+				g, w := transport(&got[i]), transport(&c.server[i])
+				if !bytes.Equal(g, w) {
+					t.Fatalf("frame %d (%v PSN %d): transport bytes\n% x\nrxe sent (%v PSN %d)\n% x", i, got[i].Opcode(), got[i].BTH.PSN(), g[:min(len(g), 48)],
+						c.server[i].Opcode(), c.server[i].BTH.PSN(), w[:min(len(w), 48)])
+				}
+				if got[i].DstIP() != c.server[i].DstIP() || !bytes.Equal(got[i].DstMAC(), c.server[i].DstMAC()) {
+					t.Fatalf("frame %d addressed to %v %v, rxe: %v %v", i, got[i].DstIP(), got[i].DstMAC(), c.server[i].DstIP(), c.server[i].DstMAC())
+				}
+			}
+		})
+	}
+}
+
+
+// TestGoldenRequester plays the client of the ib_write_bw capture: posting
+// the same WRITEs with the same PSNs, it must send the same packets
+// (opcodes, PSNs, AckReq, RETH, payload sizes) as rxe, fed rxe's ACKs.
+func TestGoldenRequester(t *testing.T) {
+	c := loadCapture(t, "04_write_bw_s8192.pcap")
+	first := &c.client[0]
+	mem := newTestMem()
+	mem.add(localKey, localBase, 8192, AccessLocalWrite)
+	out := &nullOut{}
+	e, q := goldenQP(t, out, mem, &c.server[0], nil, c.server[0].BTH.DestQP(), first.BTH.DestQP(), 0, first.BTH.PSN())
+	writes := 0
+	for i := range c.client {
+		if c.client[i].RETH != nil {
+			writes++
+		}
+	}
+	for i := range writes {
+		wr := SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: sge(localBase, 8192),
+			RemoteAddr: first.RETH.VA(), RKey: first.RETH.RKey()}
+		if err := q.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []bth.Frame
+	si := 0
+	for range 100 {
+		out.sent = out.sent[:0]
+		e.Poll(time.Duration(si))
+		for _, b := range out.sent {
+			var f bth.Frame
+			if err := f.Decode(b); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, f)
+		}
+		if si == len(c.server) {
+			break
+		}
+		e.Input([][]byte{c.rawS[si]}, 0)
+		si++
+	}
+	if len(got) != len(c.client) {
+		t.Fatalf("sent %d frames, rxe sent %d", len(got), len(c.client))
+	}
+	for i := range got {
+		g, w := &got[i], &c.client[i]
+		if g.Opcode() != w.Opcode() || g.BTH.PSN() != w.BTH.PSN() || g.BTH.AckReq() != w.BTH.AckReq() ||
+			g.BTH.DestQP() != w.BTH.DestQP() || len(g.Payload) != len(w.Payload) ||
+			(w.RETH != nil) != (g.RETH != nil) || w.RETH != nil && !bytes.Equal(g.RETH, w.RETH) ||
+			!bytes.Equal(g.BTH[:4], w.BTH[:4]) {
+			t.Fatalf("frame %d: %v PSN %d AckReq %v, rxe sent %v PSN %d AckReq %v (BTH % x vs % x)", i,
+				g.Opcode(), g.BTH.PSN(), g.BTH.AckReq(), w.Opcode(), w.BTH.PSN(), w.BTH.AckReq(), []byte(g.BTH), []byte(w.BTH))
+		}
+	}
+	if n := len(q.sendCQ.(*testCQ).wcs); n != writes {
+		t.Fatalf("%d completions, want %d", n, writes)
+	}
+}
