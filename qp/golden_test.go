@@ -156,7 +156,6 @@ func TestGoldenResponder(t *testing.T) {
 	}
 }
 
-
 // TestGoldenRequester plays the client of the ib_write_bw capture: posting
 // the same WRITEs with the same PSNs, it must send the same packets
 // (opcodes, PSNs, AckReq, RETH, payload sizes) as rxe, fed rxe's ACKs.
