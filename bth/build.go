@@ -141,18 +141,11 @@ func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 	}
 	buf = buf[:total:total]
 
-	copy(buf[0:6], ff.DstMAC[:])
-	copy(buf[6:12], ff.SrcMAC[:])
-	if ff.VLAN {
-		binary.BigEndian.PutUint16(buf[12:], EtherTypeVLAN)
-		binary.BigEndian.PutUint16(buf[14:], ff.VLANTCI)
-	}
 	// The variant fields are first written as all ones, as the ICRC sees
 	// them, so that the ICRC is one pass over the packet; then they get
 	// their real values.
 	pkt := buf[off:]
 	if v6 {
-		binary.BigEndian.PutUint16(buf[off-2:], EtherTypeIPv6)
 		ip := pkt[:IPv6Size]
 		binary.BigEndian.PutUint32(ip, 6<<28|0x0fffffff)
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
@@ -162,7 +155,6 @@ func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 		copy(ip[8:24], s[:])
 		copy(ip[24:40], d[:])
 	} else {
-		binary.BigEndian.PutUint16(buf[off-2:], EtherTypeIPv4)
 		ip := IPv4(pkt[:IPv4Size])
 		ip[0] = 0x45
 		ip[1] = 0xff
@@ -197,14 +189,23 @@ func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 		pkt[o+i] = 0
 	}
 	o += pad
-	binary.LittleEndian.PutUint32(pkt[o:], icrcMasked(pkt[:o]))
+	binary.LittleEndian.PutUint32(pkt[o:], icrcInPlace(buf[:off+o], off))
 
+	// icrcInPlace used the end of the Ethernet header as scratch: write it now.
+	copy(buf[0:6], ff.DstMAC[:])
+	copy(buf[6:12], ff.SrcMAC[:])
+	if ff.VLAN {
+		binary.BigEndian.PutUint16(buf[12:], EtherTypeVLAN)
+		binary.BigEndian.PutUint16(buf[14:], ff.VLANTCI)
+	}
 	bth[bthFECN] = bit(bf.FECN, 0x80) | bit(bf.BECN, 0x40)
 	u[6], u[7] = 0, 0
 	if v6 {
+		binary.BigEndian.PutUint16(buf[off-2:], EtherTypeIPv6)
 		binary.BigEndian.PutUint32(pkt, 6<<28|uint32(ff.TOS)<<20|ff.FlowLabel&0xfffff)
 		pkt[7] = ff.TTL
 	} else {
+		binary.BigEndian.PutUint16(buf[off-2:], EtherTypeIPv4)
 		ip := IPv4(pkt[:IPv4Size])
 		ip[1] = ff.TOS
 		ip[8] = ff.TTL

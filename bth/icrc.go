@@ -111,9 +111,25 @@ func (s *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
 	return crc32.Update(c, crc32.IEEETable, pkt[len(h):])
 }
 
-// icrcMasked computes the ICRC of a packet whose variant fields already
-// hold all ones (the builder writes them so, then the real values).
-func icrcMasked(pkt []byte) uint32 { return crc32.Update(icrcSeed, crc32.IEEETable, pkt) }
+// icrcAlign holds prefixes of 4, 8 and 12 bytes after which the CRC is
+// icrcSeed (see forgePrefix), indexed by length/4.
+var icrcAlign = [4][]byte{nil, forgePrefix(4), forgePrefix(8), forgePrefix(12)}
+
+// icrcInPlace computes the ICRC of the packet b[ip:], whose variant fields
+// already hold all ones (the builder writes them so, then the real values).
+// The packet's length is a multiple of 4; hash/crc32 sums 16-byte blocks
+// with carry-less multiplication and the remainder a byte at a time, so the
+// up to 12 bytes before the packet (the end of the Ethernet header, written
+// afterwards by the caller) receive a prefix that makes the length a
+// multiple of 16 without changing the result.
+func icrcInPlace(b []byte, ip int) uint32 {
+	k := -(len(b) - ip) & 15
+	if k == 0 {
+		return crc32.Update(icrcSeed, crc32.IEEETable, b[ip:])
+	}
+	copy(b[ip-k:ip], icrcAlign[k/4])
+	return crc32.Update(0, crc32.IEEETable, b[ip-k:])
+}
 
 // ErrNotRoCE is returned by ICRC for a packet that is too short or not
 // IPv4 (without options) or IPv6.
