@@ -326,9 +326,11 @@ func (q *QP) applyAttr(a *Attr, m AttrMask) {
 	}
 	if m&AttrRetryCnt != 0 {
 		at.RetryCnt = a.RetryCnt
+		q.retryLeft = a.RetryCnt
 	}
 	if m&AttrRNRRetry != 0 {
 		at.RNRRetry = a.RNRRetry
+		q.rnrLeft = a.RNRRetry
 	}
 	if m&AttrRQPSN != 0 {
 		at.RQPSN = a.RQPSN

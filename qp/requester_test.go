@@ -1,0 +1,213 @@
+package qp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+)
+
+// lone is a requester QP whose packets go nowhere but a capture; tests
+// answer with forged frames from the peer (ipA → ipB is reversed here: the
+// QP lives at ipB, facing ipA).
+func lone(t *testing.T, tune func(*Attr)) (*victim, *QP) {
+	v := newVictim(t)
+	q := v.good
+	if tune != nil {
+		// Timeout, retry counts and max_rd_atomic change in SQD only.
+		a := q.Attr()
+		tune(&a)
+		for _, s := range []struct {
+			st State
+			m  AttrMask
+		}{{StateSQD, 0}, {StateSQD, AttrMaxRdAtomic | AttrTimeout | AttrRetryCnt | AttrRNRRetry}, {StateRTS, 0}} {
+			a.State = s.st
+			if err := q.Modify(&a, AttrState|s.m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return v, q
+}
+
+func (v *victim) poll(now time.Duration) []bth.Frame {
+	v.out.sent = v.out.sent[:0]
+	v.e.Poll(now)
+	var got []bth.Frame
+	for _, b := range v.out.sent {
+		var f bth.Frame
+		if err := f.Decode(b); err != nil {
+			v.t.Fatal(err)
+		}
+		got = append(got, f)
+	}
+	return got
+}
+
+func ack(psn bth.PSN, syn bth.Syndrome) bth.FrameFields {
+	return bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCAck, DestQP: 0x201, PSN: psn}, AETH: bth.AETHFields{Syndrome: syn}}
+}
+
+func TestAckReqEvery64AndWindow(t *testing.T) {
+	v, q := lone(t, nil)
+	// Two messages of 100 packets: AckReq on packets 64, 100 (the last of
+	// the first message), then 164; the window of 128 unacknowledged PSNs
+	// stops the requester after packet 128.
+	if err := q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: sge(localBase, 100<<10), RemoteAddr: 0, RKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: sge(localBase, 100<<10), RemoteAddr: 0, RKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	got := v.poll(0)
+	if len(got) != maxUnacked {
+		t.Fatalf("sent %d packets with nothing acknowledged, want %d", len(got), maxUnacked)
+	}
+	for i, f := range got {
+		want := i == 63 || i == 99 // after 64 packets, and the first message's last
+		if f.BTH.AckReq() != want || f.BTH.PSN() != bth.PSN(9+i) {
+			t.Fatalf("packet %d: PSN %d AckReq %v, want PSN %d AckReq %v", i, f.BTH.PSN(), f.BTH.AckReq(), 9+i, want)
+		}
+	}
+	// ACK the first message: the other 72 packets go.
+	got = v.input(forge(t, ack(9+99, bth.SyndromeACKNoCredits), nil))
+	if len(got) != 72 || got[0].BTH.PSN() != 9+128 || got[71].BTH.PSN() != 9+199 {
+		t.Fatalf("after ACK of 64: %d packets from PSN %d", len(got), got[0].BTH.PSN())
+	}
+	for i, f := range got {
+		want := i == 35 || i == 71 // packet 164 (64 after packet 100) and the last one
+		if f.BTH.AckReq() != want {
+			t.Fatalf("packet %d: AckReq %v, want %v", 129+i, f.BTH.AckReq(), want)
+		}
+	}
+}
+
+func TestMaxRdAtomicAndFence(t *testing.T) {
+	v, q := lone(t, func(a *Attr) { a.MaxRdAtomic = 2 })
+	for i := range 4 {
+		if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMARead, SGL: sge(localBase+uint64(i)*16, 16), RemoteAddr: 0x100, RKey: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.PostSend(&SendWR{ID: 4, Opcode: WRSend, Flags: SendFence, SGL: sge(localBase, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	got := v.poll(0)
+	if len(got) != 2 || got[0].Opcode() != bth.RCReadRequest || got[1].BTH.PSN() != 10 {
+		t.Fatalf("sent %d packets, want 2 READ requests (max_rd_atomic 2)", len(got))
+	}
+	resp := func(psn bth.PSN) []byte {
+		return forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCReadResponseOnly, DestQP: 0x201, PSN: psn}, AETH: bth.AETHFields{Syndrome: bth.SyndromeACKNoCredits}}, make([]byte, 16))
+	}
+	got = v.input(resp(9))
+	if len(got) != 1 || got[0].BTH.PSN() != 11 {
+		t.Fatalf("after one READ completed: %d packets", len(got))
+	}
+	got = v.input(resp(10), resp(11))
+	if len(got) != 1 || got[0].Opcode() != bth.RCReadRequest || got[0].BTH.PSN() != 12 {
+		t.Fatalf("fenced SEND went before the READs completed: %v", got)
+	}
+	got = v.input(resp(12))
+	if len(got) != 1 || got[0].Opcode() != bth.RCSendOnly {
+		t.Fatalf("fenced SEND not sent after the READs: %v", got)
+	}
+}
+
+func TestTimeoutDeadline(t *testing.T) {
+	v, q := lone(t, func(a *Attr) { a.Timeout = 10; a.RetryCnt = 1 })
+	_ = q.PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: sge(localBase, 4)})
+	v.out.sent = nil
+	to := 4096 * time.Nanosecond << 10
+	if d := v.e.Poll(100); d != 100+to {
+		t.Fatalf("deadline %v, want %v", d, 100+to)
+	}
+	if got := v.poll(100 + to - 1); len(got) != 0 {
+		t.Fatal("retransmitted early")
+	}
+	got := v.poll(100 + to)
+	if len(got) != 1 || got[0].BTH.PSN() != 9 {
+		t.Fatalf("timeout: %d packets, want the SEND again", len(got))
+	}
+	v.poll(100 + 2*to)
+	wcs := q.sendCQ.(*testCQ).wcs
+	if len(wcs) != 1 || wcs[0].Status != WCRetryExcErr || q.State() != StateErr {
+		t.Fatalf("after retry_cnt 1 and two timeouts: %+v, %v", wcs, q.State())
+	}
+}
+
+func TestSQDDrains(t *testing.T) {
+	v, q := lone(t, nil)
+	_ = q.PostSend(&SendWR{ID: 1, Opcode: WRSend, SGL: sge(localBase, 3000)})
+	v.poll(0)
+	if err := q.Modify(&Attr{State: StateSQD}, AttrState); err != nil {
+		t.Fatal(err)
+	}
+	_ = q.PostSend(&SendWR{ID: 2, Opcode: WRSend, SGL: sge(localBase, 4)})
+	if got := v.poll(0); len(got) != 0 {
+		t.Fatalf("SQD started a new request: %v", got[0].Opcode())
+	}
+	v.input(forge(t, ack(11, bth.SyndromeACKNoCredits), nil))
+	if err := q.Modify(&Attr{State: StateRTS}, AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.poll(0); len(got) != 1 || got[0].BTH.PSN() != 12 {
+		t.Fatalf("back in RTS: %d packets", len(got))
+	}
+}
+
+func TestSolicitedAndInvalidate(t *testing.T) {
+	p := newPair(t, faults{delay: time.Microsecond}, nil)
+	p.recv(1, 4096)
+	p.post(SendWR{Opcode: WRSendWithInv, Flags: SendSignaled | SendSolicited, InvKey: remoteKey, SGL: sge(localBase, 2000)})
+	var se []bool
+	p.n.dropFn = func(from int, b []byte) bool {
+		var f bth.Frame
+		if from == 0 && f.Decode(b) == nil {
+			se = append(se, f.BTH.SE())
+		}
+		return false
+	}
+	p.run(time.Second)
+	p.want(WCSuccess)
+	r := p.cqs[3].wcs
+	if len(r) != 1 || r[0].Flags != WCWithInv || r[0].InvKey != remoteKey || r[0].ByteLen != 2000 {
+		t.Fatalf("receive completion %+v, want WITH_INV of %#x", r, remoteKey)
+	}
+	if inv := p.n.ends[1].mem.invalid; len(inv) != 1 || inv[0] != remoteKey {
+		t.Fatalf("invalidated %v", inv)
+	}
+	if len(se) != 2 || se[0] || !se[1] {
+		t.Fatalf("SE bits %v, want only on the last packet", se)
+	}
+}
+
+func TestAckCoalescingAndDuplicates(t *testing.T) {
+	v := newVictim(t)
+	var frames [][]byte
+	for i := range 4 {
+		frames = append(frames, forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCSendOnly, DestQP: 0x200, PSN: bth.PSN(500 + i), AckReq: true}}, []byte("hi")))
+	}
+	resp := v.input(frames...)
+	if len(resp) != 1 || resp[0].BTH.PSN() != 503 || resp[0].AETH.MSN() != 4 || resp[0].AETH.Syndrome() != bth.SyndromeACKNoCredits {
+		t.Fatalf("4 requests in a batch: responses %v, want one ACK for PSN 503 MSN 4", resp)
+	}
+	// A duplicate is re-ACKed with the last PSN, and not delivered again.
+	resp = v.input(frames[1])
+	if len(resp) != 1 || resp[0].BTH.PSN() != 503 || len(v.rcq[0].wcs) != 4 {
+		t.Fatalf("duplicate: responses %v, %d completions", resp, len(v.rcq[0].wcs))
+	}
+	// A gap: one NAK for the expected PSN, then silence.
+	gap := func(psn bth.PSN) []byte {
+		return forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCSendOnly, DestQP: 0x200, PSN: psn, AckReq: true}}, []byte("x"))
+	}
+	resp = v.input(gap(506), gap(507))
+	resp = append(resp, v.input(gap(508))...)
+	if len(resp) != 1 || resp[0].AETH.Syndrome() != bth.NakPSNSeqError || resp[0].BTH.PSN() != 504 {
+		t.Fatalf("gap: responses %v, want one PSN sequence NAK for 504", resp)
+	}
+	// RNR NAK: no receive request left.
+	resp = v.input(gap(504))
+	if len(resp) != 1 || !resp[0].AETH.Syndrome().IsRNRNak() || resp[0].AETH.Syndrome().Value() != 3 || resp[0].BTH.PSN() != 504 {
+		t.Fatalf("no receive posted: responses %v, want RNR NAK (timer 3) for 504", resp)
+	}
+}
