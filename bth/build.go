@@ -63,7 +63,7 @@ func (ff *FrameFields) is6() (bool, error) {
 // for an unknown opcode.
 func (ff *FrameFields) HeaderLen() int {
 	op := &opTable[ff.BTH.Opcode]
-	if op.name == "" {
+	if op.hdrLen == 0 {
 		return 0
 	}
 	n := EthernetSize + UDPSize + int(op.hdrLen)
@@ -108,7 +108,7 @@ func Build(buf []byte, ff *FrameFields, payload []byte) (int, error) {
 // 0), the BTH PadCnt, zero pad bytes and the ICRC. It does not allocate.
 func BuildInPlace(buf []byte, ff *FrameFields, n int) (int, error) {
 	op := &opTable[ff.BTH.Opcode]
-	if op.name == "" {
+	if op.hdrLen == 0 {
 		return 0, fmt.Errorf("build %v: %w", ff.BTH.Opcode, ErrUnknownOpcode)
 	}
 	v6, err := ff.is6()

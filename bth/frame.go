@@ -156,7 +156,7 @@ func (f *Frame) Decode(b []byte) error {
 		return f.fail(LayerBTH, ReasonTVer, ipOff+off+bthFlags)
 	}
 	op := &opTable[f.BTH.Opcode()]
-	if op.name == "" {
+	if op.hdrLen == 0 {
 		return f.fail(LayerBTH, ReasonOpcode, ipOff+off)
 	}
 	end := len(pkt) - ICRCSize // end of pad

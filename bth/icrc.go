@@ -77,8 +77,12 @@ func forgePrefix(n int) []byte {
 
 // icrcScratch holds the masked copy of the headers. crc32.Update's
 // argument escapes (it goes through a function variable), so the copy lives
-// in a long-lived Frame rather than on the stack.
-type icrcScratch [icrcBlock]byte
+// in a long-lived Frame rather than on the stack. The prefix is copied in
+// only when the IP version changes.
+type icrcScratch struct {
+	b      [icrcBlock]byte
+	prefix int // IP version whose prefix b holds, 0 for none
+}
 
 // icrc computes the ICRC of an IP packet pkt (starting at the IP header,
 // without options, and ending before the ICRC). pkt must hold at least the
@@ -86,8 +90,11 @@ type icrcScratch [icrcBlock]byte
 func (s *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
 	var h []byte
 	if v6 {
-		copy(s[:], icrcPrefix6)
-		h = s[len(icrcPrefix6):]
+		if s.prefix != 6 {
+			copy(s.b[:], icrcPrefix6)
+			s.prefix = 6
+		}
+		h = s.b[len(icrcPrefix6):]
 		copy(h, pkt[:icrcHdr6])
 		h[0] |= 0x0f // traffic class (high nibble)
 		h[1] = 0xff  // traffic class (low nibble), flow label
@@ -95,8 +102,11 @@ func (s *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
 		h[3] = 0xff  // flow label
 		h[7] = 0xff  // hop limit
 	} else {
-		copy(s[:], icrcPrefix4)
-		h = s[len(icrcPrefix4):]
+		if s.prefix != 4 {
+			copy(s.b[:], icrcPrefix4)
+			s.prefix = 4
+		}
+		h = s.b[len(icrcPrefix4):]
 		copy(h, pkt[:icrcHdr4])
 		h[1] = 0xff  // TOS
 		h[8] = 0xff  // TTL
@@ -107,7 +117,7 @@ func (s *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
 	h[u+6] = 0xff // UDP checksum
 	h[u+7] = 0xff
 	h[u+UDPSize+bthFECN] = 0xff // FECN, BECN, reserved
-	c := crc32.Update(0, crc32.IEEETable, s[:])
+	c := crc32.Update(0, crc32.IEEETable, s.b[:])
 	return crc32.Update(c, crc32.IEEETable, pkt[len(h):])
 }
 

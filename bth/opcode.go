@@ -87,7 +87,7 @@ const (
 func (o Opcode) Transport() Transport { return Transport(o & 0xe0) }
 
 // Known reports whether the opcode is one this package can parse and build.
-func (o Opcode) Known() bool { return opTable[o].name != "" }
+func (o Opcode) Known() bool { return opTable[o].hdrLen != 0 }
 
 // Info returns the opcode's entry in the opcode table; ok is false for an
 // opcode that RoCE v2 over RC, UC or UD does not define.
@@ -269,11 +269,11 @@ const (
 )
 
 type opEntry struct {
-	name    string
 	hdrs    ExtHeaders
-	hdrLen  uint8 // BTH + extension headers
+	hdrLen  uint8 // BTH + extension headers; 0 for unknown opcodes
 	payload PayloadRule
 	flags   opFlags
+	name    string
 }
 
 const (
