@@ -244,12 +244,21 @@ func (n *simNet) step() bool {
 
 // connect creates a connected pair of QPs of type typ, one per side.
 func connect(t testing.TB, n *simNet, typ Type, psnA, psnB uint32, mtu MTU, tune func(*Attr)) (a, b *QP, cqs [4]*testCQ) {
+	return connectWith(t, n, typ, [2]uint32{0x100, 0x101}, psnA, psnB, mtu, tune, [2]*SRQ{}, nil)
+}
+
+// connectWith is connect with chosen QP numbers, SRQs and receive CQs
+// (nil: new ones).
+func connectWith(t testing.TB, n *simNet, typ Type, qpns [2]uint32, psnA, psnB uint32, mtu MTU, tune func(*Attr), srq [2]*SRQ, rcqs []*testCQ) (a, b *QP, cqs [4]*testCQ) {
 	var qps [2]*QP
 	for i, end := range n.ends {
 		scq, rcq := &testCQ{}, &testCQ{}
+		if rcqs != nil && rcqs[i] != nil {
+			rcq = rcqs[i]
+		}
 		cqs[2*i], cqs[2*i+1] = scq, rcq
-		q, err := end.e.CreateQP(Config{Type: typ, QPN: uint32(0x100 + i), SendCQ: scq, RecvCQ: rcq, Mem: end.mem,
-			MaxSendWR: 256, MaxRecvWR: 256, MaxSGE: 4, MaxInline: 256})
+		q, err := end.e.CreateQP(Config{Type: typ, QPN: qpns[i], SendCQ: scq, RecvCQ: rcq, Mem: end.mem,
+			MaxSendWR: 256, MaxRecvWR: 256, MaxSGE: 4, MaxInline: 256, SRQ: srq[i]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,6 +95,7 @@ type Config struct {
 	MaxSGE    int    // scatter/gather entries per work request; 0 means 4
 	MaxInline int    // inline data per send request; 0 means none
 	SignalAll bool   // every send request completes (sq_sig_all)
+	SRQ       *SRQ   // if set, receive requests come from this shared queue
 }
 
 // QP is a queue pair. It belongs to its Engine's owner goroutine.
@@ -133,9 +134,12 @@ type QP struct {
 	rewound   bool // a go-back-N to compPSN is under way; set until progress
 	timer     timers
 
-	// Receive queue ring.
+	// Receive queue ring, or the SRQ and the request taken from it.
 	rq             []recvWQE
 	rqHead, rqTail uint32
+	srq            *SRQ
+	cur            recvWQE
+	curHeld        bool
 
 	// Responder.
 	ePSN      bth.PSN // expected PSN
@@ -184,6 +188,14 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	for i := range q.rq {
 		q.rq[i].sge = make([]SGE, 0, q.maxSGE)
 		q.rq[i].dst = make([][]byte, 0, q.maxSGE)
+	}
+	if cfg.SRQ != nil {
+		if cfg.SRQ.e != e {
+			return nil, fmt.Errorf("create qp %#x: SRQ of another engine: %w", cfg.QPN, ErrInvalidAttr)
+		}
+		q.srq = cfg.SRQ
+		q.cur.sge = make([]SGE, 0, cfg.SRQ.maxSGE)
+		q.cur.dst = make([][]byte, 0, cfg.SRQ.maxSGE)
 	}
 	q.resStore = make([]resource, maxRdAtomic)
 	h := fnv.New32a()

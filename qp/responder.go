@@ -45,6 +45,9 @@ func (q *QP) rqAt(i uint32) *recvWQE { return &q.rq[i%uint32(len(q.rq))] }
 // PostRecv queues a receive work request (ibv_post_recv). In ERR it
 // completes at once with WR_FLUSH_ERR.
 func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.srq != nil {
+		return fmt.Errorf("post recv on qp %#x: it uses an SRQ: %w", q.qpn, ErrState)
+	}
 	if q.state == StateReset {
 		return fmt.Errorf("post recv on qp %#x in %v: %w", q.qpn, q.state, ErrState)
 	}
@@ -74,10 +77,14 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 // SGL resolved, nil if the queue is empty; bad is set when an SGE does not
 // name local writable memory.
 func (q *QP) takeRecv() (w *recvWQE, bad bool) {
-	if q.rqHead == q.rqTail {
+	if q.srq != nil {
+		w = q.takeSRQ()
+	} else if q.rqHead != q.rqTail {
+		w = q.rqAt(q.rqHead)
+	}
+	if w == nil {
 		return nil, false
 	}
-	w = q.rqAt(q.rqHead)
 	if len(w.dst) == 0 {
 		for _, s := range w.sge {
 			if s.Length == 0 {
@@ -95,10 +102,16 @@ func (q *QP) takeRecv() (w *recvWQE, bad bool) {
 
 // completeRecv pops the head receive request with a completion.
 func (q *QP) completeRecv(wc WC) {
-	w := q.rqAt(q.rqHead)
+	var w *recvWQE
+	if q.srq != nil {
+		w = &q.cur
+		q.curHeld = false
+	} else {
+		w = q.rqAt(q.rqHead)
+		q.rqHead++
+	}
 	wc.ID, wc.QPN = w.id, q.qpn
 	w.dst = w.dst[:0]
-	q.rqHead++
 	q.recvCQ.Complete(q.wcOut(wc))
 }
 

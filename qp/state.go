@@ -390,6 +390,10 @@ func (q *QP) flush() {
 		q.recvCQ.Complete(q.wcOut(WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}))
 		q.rqHead++
 	}
+	if q.curHeld {
+		q.curHeld = false
+		q.recvCQ.Complete(q.wcOut(WC{ID: q.cur.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}))
+	}
 	q.resetResponder()
 }
 
@@ -409,6 +413,7 @@ func (q *QP) flushSQ() {
 func (q *QP) reset() {
 	q.sqHead, q.sqReq, q.sqTail = 0, 0, 0
 	q.rqHead, q.rqTail = 0, 0
+	q.curHeld = false
 	q.rdOut = 0
 	q.attr = Attr{PKey: 0xffff, PathMTU: MTU256}
 	q.mtu = 256
