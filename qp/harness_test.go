@@ -194,10 +194,7 @@ func newSimNetMTU(t testing.TB, seed uint64, f faults, mtu MTU) *simNet {
 	n := &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), f: f}
 	for i := range n.ends {
 		end := &simEnd{net: n, idx: i, mem: newTestMem()}
-		ip := ipA
-		if i == 1 {
-			ip = ipB
-		}
+		ip := simIPs[i]
 		e, err := NewEngine(EngineConfig{Out: end, LocalIPs: []netip.Addr{ip}, PortMTU: mtu})
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -398,4 +399,24 @@ func TestSimUDClean(t *testing.T) {
 				faults: faults{delay: time.Microsecond}})
 		})
 	}
+}
+
+func TestSimRCIPv6(t *testing.T) {
+	saved := simIPs
+	simIPs = [2]netip.Addr{netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}
+	t.Cleanup(func() { simIPs = saved })
+	for seed := range uint64(simSeeds(3, 10)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 17))
+			runSim(t, seed, simCfg{typ: RC, ops: 30, mtu: MTU1024, window: 4, psnA: rng.Uint32N(1 << 24), psnB: rng.Uint32N(1 << 24),
+				faults: faultsFor(rng)})
+		})
+	}
+}
+
+func TestSimUDIPv6(t *testing.T) {
+	saved := simIPs
+	simIPs = [2]netip.Addr{netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}
+	t.Cleanup(func() { simIPs = saved })
+	runSim(t, 1, simCfg{typ: UD, ops: 30, mtu: MTU2048, window: 64, faults: faults{delay: time.Microsecond}})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 type nullOut struct{ sent [][]byte }
@@ -272,5 +273,53 @@ func TestEnumStrings(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("String() = %q, want %q", c.got, c.want)
 		}
+	}
+}
+
+func TestUDSendErrorToSQE(t *testing.T) {
+	n := newSimNet(t, 1, faults{delay: time.Microsecond})
+	n.ends[0].mem.add(localKey, localBase, 1<<16, AccessLocalWrite)
+	n.ends[1].mem.add(localKey, localBase, 1<<16, AccessLocalWrite)
+	a, b, cqs := connect(t, n, UD, 1, 2, MTU1024, nil)
+	av := simAV(0)
+	big := SendWR{ID: 0, Opcode: WRSend, Flags: SendSignaled, SGL: sge(localBase, 2000), AV: &av, RemoteQPN: b.QPN(), RemoteQKey: 0x11111111}
+	next := SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: sge(localBase, 10), AV: &av, RemoteQPN: b.QPN(), RemoteQKey: 0x11111111}
+	if err := a.PostSend(&big); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PostSend(&next); err != nil {
+		t.Fatal(err)
+	}
+	for n.step() {
+	}
+	wcs := cqs[0].wcs
+	if len(wcs) != 2 || wcs[0].Status != WCLocLenErr || wcs[1].Status != WCWRFlushErr || a.State() != StateSQE {
+		t.Fatalf("UD send over the MTU: %+v, state %v; want LOC_LEN_ERR, WR_FLUSH_ERR, SQE", wcs, a.State())
+	}
+	// The receive side of a QP in SQE still works, and SQE→RTS recovers.
+	if err := a.PostRecv(&RecvWR{ID: 9, SGL: sge(localBase+4096, 100)}); err != nil {
+		t.Fatal(err)
+	}
+	back := simAV(1)
+	if err := b.PostSend(&SendWR{Opcode: WRSend, SGL: sge(localBase, 10), AV: &back, RemoteQPN: a.QPN(), RemoteQKey: 0x11111111}); err != nil {
+		t.Fatal(err)
+	}
+	for n.step() {
+	}
+	if r := cqs[1].wcs; len(r) != 1 || r[0].Status != WCSuccess || r[0].ByteLen != 50 {
+		t.Fatalf("receive in SQE: %+v", r)
+	}
+	if err := a.Modify(&Attr{State: StateRTS, CurState: StateSQE}, AttrState|AttrCurState); err != nil {
+		t.Fatal(err)
+	}
+	cqs[0].wcs = nil
+	next.ID = 2
+	if err := a.PostSend(&next); err != nil {
+		t.Fatal(err)
+	}
+	for n.step() {
+	}
+	if wcs := cqs[0].wcs; len(wcs) != 1 || wcs[0].Status != WCSuccess {
+		t.Fatalf("after SQE→RTS: %+v", wcs)
 	}
 }
