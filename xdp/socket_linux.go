@@ -397,18 +397,15 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		}
 	}
 	for {
-		var ts *unix.Timespec
-		var tsv unix.Timespec
+		// Sleep at most deadCheck at a time: a socket whose interface
+		// went away is never reported by poll(2), only by SO_ERROR.
+		wait := deadCheck
 		if timeout > 0 {
-			left := time.Until(deadline)
-			if left < 0 {
-				left = 0
-			}
-			tsv = unix.NsecToTimespec(int64(left))
-			ts = &tsv
+			wait = min(max(time.Until(deadline), 0), deadCheck)
 		}
+		ts := unix.NsecToTimespec(int64(wait))
 		s.pfd[0].Revents, s.pfd[1].Revents = 0, 0
-		r, e := ppoll(s.pfd[:], ts)
+		r, e := ppoll(s.pfd[:], &ts)
 		if e != 0 && e != unix.EINTR {
 			return 0, fmt.Errorf("poll AF_XDP socket: %w", e)
 		}
@@ -422,11 +419,20 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		if n > 0 || (r > 0 && s.pfd[1].Revents != 0) {
 			return n, nil
 		}
+		if r == 0 && e == 0 {
+			if err := s.checkDead(); err != nil {
+				return 0, err
+			}
+		}
 		if timeout > 0 && !time.Now().Before(deadline) {
-			return 0, s.checkDead()
+			return 0, nil
 		}
 	}
 }
+
+// deadCheck is how often a waiting Receive checks whether the kernel
+// unbound the socket.
+const deadCheck = time.Second
 
 // checkDead reports the error that unbound the socket, if any: when its
 // interface goes away the kernel unbinds it and sets ENETDOWN in SO_ERROR,
