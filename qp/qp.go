@@ -390,12 +390,22 @@ func (q *QP) alloc() []byte {
 	return b
 }
 
+// MaxFrameLen returns the size of the largest frame a QP with path MTU m
+// sends: Ethernet, IPv6, UDP, BTH, the largest extension headers, a full
+// payload and the ICRC. Output.Alloc must hand out buffers at least this
+// long.
+func MaxFrameLen(m MTU) int {
+	return bth.EthernetSize + bth.VLANSize + bth.IPv6Size + bth.UDPSize + bth.BTHSize +
+		bth.DETHSize + bth.RETHSize + bth.ImmDtSize + bth.IETHSize + m.Bytes() + bth.ICRCSize
+}
+
 // send builds the frame described by q.ff with a payload of n bytes already
 // at its place in buf, and hands it to Output.
 func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) {
 	l, err := bth.BuildInPlace(buf, ff, n)
 	if err != nil {
-		// Only a programming error gets here (sizes are checked before).
+		// Only a programming error gets here: a buffer from Output.Alloc
+		// shorter than MaxFrameLen.
 		panic(fmt.Sprintf("qp %#x: build %v: %v", q.qpn, ff.BTH.Opcode, err))
 	}
 	q.e.out.Send(buf[:l])

@@ -42,12 +42,8 @@ func (q *QP) sqAt(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
 // until the request completes. In ERR the request completes at once with
 // WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *SendWR) error {
-	switch q.state {
-	case StateRTS, StateSQD, StateErr:
-	default:
-		if !(q.state == StateSQE) {
-			return fmt.Errorf("post send on qp %#x in %v: %w", q.qpn, q.state, ErrState)
-		}
+	if q.state < StateRTS {
+		return fmt.Errorf("post send on qp %#x in %v: %w", q.qpn, q.state, ErrState)
 	}
 	if q.sqTail-q.sqHead >= uint32(len(q.sq)) {
 		return fmt.Errorf("post send on qp %#x: %w", q.qpn, ErrQueueFull)

@@ -93,6 +93,7 @@ func runSim(t *testing.T, seed uint64, c simCfg) {
 		rb[i] = bump{remBase + 16, remBase + regionSize}
 	}
 	// Build the workload.
+	var finalCounter, finalCAS [2]uint64 // what the peer's atomic words must end as
 	for i := range 2 {
 		peer := n.ends[1-i]
 		peerRem := peer.mem.regions[remoteKey]
@@ -182,6 +183,7 @@ func runSim(t *testing.T, seed uint64, c simCfg) {
 			}
 			loads[i].ops = append(loads[i].ops, op)
 		}
+		finalCounter[i], finalCAS[i] = counter, cas
 	}
 	// Receive buffers: each side keeps a few receive requests posted for
 	// its peer's messages.
@@ -314,6 +316,14 @@ func runSim(t *testing.T, seed uint64, c simCfg) {
 				if got := peerRem.buf[op.remote-remBase : op.remote-remBase+uint64(op.size)]; !bytes.Equal(got, op.data) {
 					t.Fatalf("seed %d side %d: WRITE %d of %d bytes: data differs", seed, i, k, op.size)
 				}
+			}
+		}
+		if c.typ == RC {
+			if got := binary.LittleEndian.Uint64(peerRem.buf[0:]); got != finalCounter[i] {
+				t.Fatalf("seed %d side %d: FETCH_ADD counter = %d, want %d: an atomic ran twice or never", seed, i, got, finalCounter[i])
+			}
+			if got := binary.LittleEndian.Uint64(peerRem.buf[8:]); got != finalCAS[i] {
+				t.Fatalf("seed %d side %d: CMP_SWP word = %#x, want %#x", seed, i, got, finalCAS[i])
 			}
 		}
 		for _, r := range n.ends[i].mem.regions {

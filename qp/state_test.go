@@ -323,3 +323,12 @@ func TestUDSendErrorToSQE(t *testing.T) {
 		t.Fatalf("after SQE→RTS: %+v", wcs)
 	}
 }
+
+func TestMaxFrameLen(t *testing.T) {
+	if got := MaxFrameLen(MTU4096); got > bufSize || got < 4096+14+20+8+12+4 {
+		t.Fatalf("MaxFrameLen(4096) = %d", got)
+	}
+	if got := MaxFrameLen(MTU1024); got != MaxFrameLen(MTU4096)-3072 {
+		t.Fatalf("MaxFrameLen(1024) = %d", got)
+	}
+}

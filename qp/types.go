@@ -293,8 +293,9 @@ type CQ interface {
 // Output is where the engine writes frames: Alloc hands it a buffer to build
 // a whole Ethernet frame in (nil when none is free now: the engine stops and
 // continues at the next Poll), Send takes the built frame, a prefix of a
-// buffer from Alloc, and its ownership. The verbs layer gives UMEM frames, so
-// payload is copied once, from registered memory into the frame.
+// buffer from Alloc, and its ownership. Buffers must be at least
+// MaxFrameLen(path MTU) long. The verbs layer gives UMEM frames, so payload
+// is copied once, from registered memory into the frame.
 type Output interface {
 	Alloc() []byte
 	Send(frame []byte)
