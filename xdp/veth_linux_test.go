@@ -843,3 +843,103 @@ func TestInterfaceRemoved(t *testing.T) {
 		t.Errorf("fds %d before Close, %d after: Close released nothing", fds0, fds1)
 	}
 }
+
+// TestConcurrentUse runs an owner goroutine sending and receiving while
+// others call Stats, Info and Wakeup, then closes the device from yet
+// another goroutine: the owner must stop with ErrClosed. Run with -race.
+func TestConcurrentUse(t *testing.T) {
+	p, da, db := pairT(t, netns.Config{}, Config{RingSize: 256})
+	a, b := da.Sockets()[0], db.Sockets()[0]
+	stop := make(chan struct{})
+	ownerErr := make(chan error, 1)
+	go func() {
+		tx, rx := make([][]byte, 16), make([][]byte, 16)
+		var seq uint32
+		for {
+			n := a.Alloc(tx)
+			for i := range n {
+				tx[i] = buildFrame(tx[i], p.A, p.B, roceUDPPort, seq, 200)
+				seq++
+			}
+			if _, err := a.Transmit(tx[:n]); err != nil {
+				ownerErr <- err
+				return
+			}
+			m, err := a.Receive(rx, time.Millisecond)
+			if err != nil {
+				ownerErr <- err
+				return
+			}
+			a.Release(rx[:m])
+		}
+	}()
+	go func() { // b drains
+		rx := make([][]byte, 64)
+		for {
+			n, err := b.Receive(rx, 10*time.Millisecond)
+			if err != nil {
+				return
+			}
+			b.Release(rx[:n])
+		}
+	}()
+	done := make(chan struct{})
+	for range 3 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = a.Stats()
+				_ = a.Info()
+				a.Wakeup()
+				b.Wakeup()
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	go da.Close()
+	select {
+	case err := <-ownerErr:
+		if !errors.Is(err, link.ErrClosed) {
+			t.Errorf("owner stopped with %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("owner still running 10 s after Close")
+	}
+	close(stop)
+	for range 3 {
+		<-done
+	}
+	if st := b.Stats(); st.RxFrames == 0 {
+		t.Errorf("no frames went through before Close")
+	}
+	a.Wakeup() // after Close: harmless
+	_ = a.Stats()
+}
+
+// TestCloseOneSocket closes one socket of a two-queue device: the other
+// keeps working on the shared UMEM, and closing the device afterwards
+// releases the rest.
+func TestCloseOneSocket(t *testing.T) {
+	p, da, db := pairT(t, netns.Config{Queues: 2}, Config{Queues: []int{0, 1}, RingSize: 128})
+	if err := da.Sockets()[0].Close(); err != nil {
+		t.Fatalf("close socket 0: %v", err)
+	}
+	if err := db.Sockets()[0].Close(); err != nil {
+		t.Fatalf("close peer socket 0: %v", err)
+	}
+	exchange(t, da.Sockets()[1], db.Sockets()[1], p.A, p.B, 0, sizesUpTo(200, 1514))
+	exchange(t, db.Sockets()[1], da.Sockets()[1], p.B, p.A, 0, sizesUpTo(200, 1514))
+	u := da.Sockets()[1].um
+	if err := da.Close(); err != nil {
+		t.Fatalf("close device: %v", err)
+	}
+	if u.refs.Load() != 0 || u.mem != nil {
+		t.Errorf("UMEM after device Close: %d references, memory held %v", u.refs.Load(), u.mem != nil)
+	}
+}
