@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -367,7 +369,12 @@ func faultsFor(rng *rand.Rand) faults {
 		jitter: time.Duration(rng.IntN(20)) * time.Microsecond}
 }
 
+// simSeeds gives how many seeds a simulation runs; QP_SIM_SEEDS=n runs n
+// (for long soaks).
 func simSeeds(short, long int) int {
+	if n, err := strconv.Atoi(os.Getenv("QP_SIM_SEEDS")); err == nil && n > 0 {
+		return n
+	}
 	if testing.Short() {
 		return short
 	}

@@ -147,8 +147,6 @@ type transition struct {
 	req, opt [UD + 1]AttrMask
 }
 
-func same(m AttrMask) [UD + 1]AttrMask { return [UD + 1]AttrMask{RC: m, UC: m, UD: m} }
-
 func perType(rc, uc, ud AttrMask) [UD + 1]AttrMask { return [UD + 1]AttrMask{RC: rc, UC: uc, UD: ud} }
 
 var transitions = func() (t [numStates][numStates]*transition) {
