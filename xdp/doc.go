@@ -46,7 +46,15 @@
 // when the kernel asks for it, except in copy mode where the kernel transmits
 // only from within sendto, so every Transmit kicks until the ring is drained.
 // Busy polling (SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET) is
-// optional, see Config.
+// optional, and so is a short spin on the RX ring before Receive sleeps in
+// poll(2) (Config.Spin); see Config.
+//
+// # Receiving
+//
+// Receive waits in ppoll(2) on the socket and an eventfd that Wakeup and
+// Close write. When the interface goes away the kernel unbinds the socket
+// and sets ENETDOWN in SO_ERROR without waking poll; a waiting Receive checks
+// for that at least once a second and then fails with that error.
 //
 // # Namespaces and privileges
 //
