@@ -17,6 +17,21 @@
 // Each packet access is bounds-checked against data_end, as the verifier
 // (kernel/bpf/verifier.c) requires.
 //
+// # Loss injection
+//
+// The program can also drop a fraction of the RoCE v2 frames it would
+// redirect, each independently at random, before the redirect: SetLoss(p)
+// stores a threshold in a one-entry array map, and the program drops a
+// RoCE frame with XDP_DROP when bpf_get_prandom_u32() is below it. Frames
+// that are not RoCE are never dropped, and with no loss set (the default)
+// the check costs a load and a compare. Per-CPU counters of redirected and dropped frames are
+// read with Counters. This is how xroce injects loss on a link (its lossy
+// tests and `xroce lab`) where netem is missing (a kernel without
+// CONFIG_NET_SCH_NETEM) or cannot see the traffic: AF_XDP bypasses qdiscs
+// and netfilter, since copy-mode transmit hands frames straight to the
+// driver and receive redirects them before netfilter. Set on the receiving
+// end, it loses frames on their way in, whichever way they were sent.
+//
 // Two variants exist: the plain one, and one loaded with BPF_F_XDP_HAS_FRAGS
 // (Options.Frags) for multi-buffer XDP (Linux 5.18), which veth and most
 // drivers require before they accept an MTU above one page minus headroom
@@ -91,4 +106,17 @@ func (m AttachMode) String() string {
 	default:
 		return fmt.Sprintf("AttachMode(%d)", int(m))
 	}
+}
+
+// Counters are the program's frame counters, summed over CPUs. They count
+// RoCE v2 frames only; frames the program passes to the kernel are not
+// counted.
+type Counters struct {
+	// Redirected is the number of frames bpf_redirect_map handed to an
+	// AF_XDP socket (XDP_REDIRECT). The kernel can still drop one after
+	// the program returns, when the socket's receive ring is full.
+	Redirected uint64
+	// InjectedDrops is the number of frames dropped (XDP_DROP) by the loss
+	// that SetLoss injects.
+	InjectedDrops uint64
 }

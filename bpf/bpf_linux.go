@@ -19,29 +19,34 @@ const bpfFXDPHasFrags = 1 << 5
 // verifierTail is how many lines of the verifier log a load error quotes.
 const verifierTail = 20
 
-// A Program is the loaded XDP program with its XSKMAP, attached to at most
-// one interface at a time.
+// A Program is the loaded XDP program with its maps (the XSKMAP, the loss
+// threshold, the counters), attached to at most one interface at a time.
 //
 // All methods may be called from any goroutine.
 type Program struct {
-	opts  Options
-	insns asm.Instructions
-	prog  *ebpf.Program
-	xsks  *ebpf.Map
+	opts     Options
+	insns    asm.Instructions
+	prog     *ebpf.Program
+	xsks     *ebpf.Map
+	loss     *ebpf.Map // array, one u32: the loss threshold
+	counters *ebpf.Map // per-CPU array, one struct counters
 
-	// mu guards the attachment and closed. Map updates and test runs hold
-	// it shared, so Close cannot close the descriptors under them.
-	mu      sync.RWMutex
-	link    link.Link
-	mode    AttachMode
-	ifindex int
-	closed  bool
+	// mu guards the attachment, the loss threshold and closed. Map
+	// updates, lookups and test runs hold it shared, so Close cannot close
+	// the descriptors under them; SetLoss holds it exclusively, so the map
+	// and threshold agree.
+	mu        sync.RWMutex
+	link      link.Link
+	mode      AttachMode
+	ifindex   int
+	threshold uint32 // loss_map[0]
+	closed    bool
 }
 
-// Load creates the XSKMAP and loads the program into the kernel. A program
-// the verifier rejects comes back as an error quoting the end of the
-// verifier log; missing features and privileges wrap ErrNoBPF, ErrNoXDP,
-// ErrNoFrags or ErrPermission.
+// Load creates the maps and loads the program into the kernel, with no loss
+// injected. A program the verifier rejects comes back as an error quoting
+// the end of the verifier log; missing features and privileges wrap
+// ErrNoBPF, ErrNoXDP, ErrNoFrags or ErrPermission.
 func Load(opts Options) (*Program, error) {
 	if opts.MaxQueues < 0 {
 		return nil, fmt.Errorf("load xdp program: MaxQueues %d < 0", opts.MaxQueues)
@@ -55,28 +60,72 @@ func Load(opts Options) (*Program, error) {
 		return nil, fmt.Errorf("load xdp program: raise memlock limit: %w", err)
 	}
 
-	xsks, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "xsks_map",
+	// Until the program is loaded, every return closes the maps made so far.
+	var maps []*ebpf.Map
+	loaded := false
+	defer func() {
+		if !loaded {
+			for _, m := range maps {
+				m.Close()
+			}
+		}
+	}()
+	newMap := func(what string, spec *ebpf.MapSpec) (*ebpf.Map, error) {
+		m, err := ebpf.NewMap(spec)
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", what, classify(err))
+		}
+		maps = append(maps, m)
+		return m, nil
+	}
+	xsks, err := newMap("xskmap", &ebpf.MapSpec{
+		Name:       mapSymbol,
 		Type:       ebpf.XSKMap,
 		KeySize:    4,
 		ValueSize:  4,
 		MaxEntries: uint32(opts.MaxQueues),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create xskmap: %w", classify(err))
+		return nil, err
+	}
+	// The program only reads the threshold: BPF_F_RDONLY_PROG (Linux 5.2).
+	loss, err := newMap("loss map", &ebpf.MapSpec{
+		Name:       lossSymbol,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  4,
+		MaxEntries: 1,
+		Flags:      unix.BPF_F_RDONLY_PROG,
+	})
+	if err != nil {
+		return nil, err
+	}
+	counters, err := newMap("counters map", &ebpf.MapSpec{
+		Name:       countersSymbol,
+		Type:       ebpf.PerCPUArray,
+		KeySize:    4,
+		ValueSize:  countersSize,
+		MaxEntries: 1,
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	insns := instructions()
-	if err := insns.AssociateMap(mapSymbol, xsks); err != nil {
-		xsks.Close()
-		return nil, fmt.Errorf("load xdp program: %w", err)
+	for _, a := range []struct {
+		sym string
+		m   *ebpf.Map
+	}{{mapSymbol, xsks}, {lossSymbol, loss}, {countersSymbol, counters}} {
+		if err := insns.AssociateMap(a.sym, a.m); err != nil {
+			return nil, fmt.Errorf("load xdp program: %w", err)
+		}
 	}
 	prog, err := loadProgram(insns, opts.Frags)
 	if err != nil {
-		xsks.Close()
 		return nil, err
 	}
-	return &Program{opts: opts, insns: insns, prog: prog, xsks: xsks}, nil
+	loaded = true
+	return &Program{opts: opts, insns: insns, prog: prog, xsks: xsks, loss: loss, counters: counters}, nil
 }
 
 func loadProgram(insns asm.Instructions, frags bool) (*ebpf.Program, error) {
@@ -308,7 +357,7 @@ func (p *Program) detachLocked() error {
 	return nil
 }
 
-// Close detaches the program and releases the program and its map. It is
+// Close detaches the program and releases the program and its maps. It is
 // idempotent.
 func (p *Program) Close() error {
 	p.mu.Lock()
@@ -317,5 +366,5 @@ func (p *Program) Close() error {
 		return nil
 	}
 	p.closed = true
-	return errors.Join(p.detachLocked(), p.prog.Close(), p.xsks.Close())
+	return errors.Join(p.detachLocked(), p.prog.Close(), p.xsks.Close(), p.loss.Close(), p.counters.Close())
 }

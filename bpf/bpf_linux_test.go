@@ -416,6 +416,12 @@ func TestCloseIdempotent(t *testing.T) {
 	if err := p.ClearSocket(0); !errors.Is(err, ErrClosed) {
 		t.Errorf("ClearSocket after Close: %v, want ErrClosed", err)
 	}
+	if err := p.SetLoss(0.5); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetLoss after Close: %v, want ErrClosed", err)
+	}
+	if _, err := p.Counters(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Counters after Close: %v, want ErrClosed", err)
+	}
 }
 
 func TestInstructions(t *testing.T) {
@@ -423,7 +429,8 @@ func TestInstructions(t *testing.T) {
 		p := loadT(t, v.opts)
 		insns := p.Instructions()
 		text := fmt.Sprint(insns)
-		for _, want := range []string{"FnRedirectMap", "XSKMap", lblIPv4, lblIPv6, lblPass} {
+		for _, want := range []string{"FnRedirectMap", "XSKMap", "FnGetPrandomU32", "PerCPUArray", lblIPv4, lblIPv6,
+			lblRoCE, lblDrop, lblPass} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s: Instructions() does not mention %q:\n%s", v.name, want, text)
 			}
@@ -452,15 +459,16 @@ func TestAttachModeString(t *testing.T) {
 	}
 }
 
-// TestConcurrentClose races Close against map updates and test runs: each
-// call either works or says ErrClosed (run with -race).
+// TestConcurrentClose races Close against map updates, counter reads and
+// test runs: each call either works or says ErrClosed (run with -race).
 func TestConcurrentClose(t *testing.T) {
+	const goroutines = 5
 	p := loadT(t, Options{})
 	xsk := xskT(t)
 	frame := roce4(16)
 	done := make(chan struct{})
-	errs := make(chan error, 3)
-	for g := 0; g < 3; g++ {
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
 		go func() {
 			for {
 				select {
@@ -477,6 +485,11 @@ func TestConcurrentClose(t *testing.T) {
 					err = p.ClearSocket(0)
 				case 2:
 					_, err = p.Run(frame)
+				case 3:
+					err = p.SetLoss(0.5)
+					_ = p.Loss()
+				case 4:
+					_, err = p.Counters()
 				}
 				if err != nil && !errors.Is(err, ErrClosed) {
 					errs <- err
@@ -493,7 +506,7 @@ func TestConcurrentClose(t *testing.T) {
 		t.Errorf("Run after Close: %v, want ErrClosed", err)
 	}
 	close(done)
-	for g := 0; g < 3; g++ {
+	for g := 0; g < goroutines; g++ {
 		if err := <-errs; err != nil {
 			t.Errorf("call racing Close: %v", err)
 		}

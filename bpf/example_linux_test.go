@@ -34,3 +34,31 @@ func Example() {
 	// RoCE v2 frames arriving on queue 0 now go to the socket; everything
 	// else still goes to the kernel.
 }
+
+// Losing 1% of the RoCE v2 frames that arrive on an interface, at random,
+// where netem is missing or cannot see AF_XDP traffic.
+func ExampleProgram_SetLoss() {
+	prog, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer prog.Close()
+	ifi, err := net.InterfaceByName("veth0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := prog.Attach(ifi.Index); err != nil {
+		log.Fatal(err)
+	}
+	if err := prog.SetLoss(0.01); err != nil {
+		log.Fatal(err)
+	}
+
+	// ... traffic ...
+
+	c, err := prog.Counters()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("loss %.0f%%: %d frames redirected, %d dropped\n", 100*prog.Loss(), c.Redirected, c.InjectedDrops)
+}

@@ -66,13 +66,35 @@ const (
 	lblL3       = "l3"
 	lblIPv4     = "ipv4"
 	lblIPv6     = "ipv6"
+	lblRoCE     = "roce"
+	lblDrop     = "drop"
+	lblDropped  = "dropped"
 	lblRedirect = "redirect"
+	lblDone     = "done"
 	lblPass     = "pass"
 )
 
-// mapSymbol is the reference the program's map load carries until the XSKMAP
-// is associated with it.
-const mapSymbol = "xsks_map"
+// Symbols the program's map loads carry until the maps are associated with
+// them: mapSymbol the XSKMAP, lossSymbol the loss threshold's value,
+// countersSymbol the per-CPU counters.
+const (
+	mapSymbol      = "xsks_map"
+	lossSymbol     = "loss_map"
+	countersSymbol = "counters"
+)
+
+// lossAlways is the loss threshold that drops every RoCE frame: with a u32
+// threshold "drop when bpf_get_prandom_u32() < threshold" cannot say 1, so
+// the program tests for this value first.
+const lossAlways = 0xffffffff
+
+// Offsets of the fields of the counters map's value, struct counters in the
+// program's C equivalent; counterValues is its Go twin.
+const (
+	countersRedirectedOff    = 0
+	countersInjectedDropsOff = 8
+	countersSize             = 16
+)
 
 // instructions returns the XDP program. In C it would read:
 //
@@ -95,10 +117,27 @@ const mapSymbol = "xsks_map"
 //		udp = l3 + 40;
 //	} else return XDP_PASS;
 //	if (udp->dest != htons(4791)) return XDP_PASS;
-//	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+//
+//	// A RoCE v2 frame: loss injection, then the redirect.
+//	u32 loss = loss_map[0];             // direct value access, no helper call
+//	u32 zero = 0;
+//	struct counters *c = bpf_map_lookup_elem(&counters, &zero); // per-CPU
+//	if (loss != 0 && (loss == 0xffffffff || bpf_get_prandom_u32() < loss)) {
+//		if (c) c->injected_drops++;
+//		return XDP_DROP;
+//	}
+//	act = bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+//	if (act == XDP_REDIRECT && c) c->redirected++;
+//	return act;
+//
+// with
+//
+//	struct counters { u64 redirected, injected_drops; };
 //
 // Registers: R6 context, R2 data, R3 data_end, R4 start of the IP header,
-// R5 bounds-check cursor, R0 the field under test.
+// R5 bounds-check cursor, R0 the field under test; for a RoCE frame R7 the
+// loss threshold and R8 this CPU's counters (or NULL), both kept across the
+// helper calls.
 //
 // With frags (multi-buffer XDP) data..data_end covers only the first buffer;
 // the headers the program reads are always there, so the same code serves
@@ -138,7 +177,7 @@ func instructions() asm.Instructions {
 		asm.JNE.Imm(asm.R0, ipProtoUDP, lblPass),
 		asm.LoadMem(asm.R0, asm.R4, ipv4HeaderLen+udpDstPortOff, asm.Half),
 		asm.JNE.Imm(asm.R0, wire16(RoCEv2Port), lblPass),
-		asm.Ja.Label(lblRedirect),
+		asm.Ja.Label(lblRoCE),
 
 		// IPv6 with UDP as the first next header.
 		asm.Mov.Reg(asm.R5, asm.R4).WithSymbol(lblIPv6),
@@ -152,13 +191,43 @@ func instructions() asm.Instructions {
 		asm.LoadMem(asm.R0, asm.R4, ipv6HeaderLen+udpDstPortOff, asm.Half),
 		asm.JNE.Imm(asm.R0, wire16(RoCEv2Port), lblPass),
 
+		// A RoCE frame. R7 = the loss threshold, read straight from the
+		// array's value (BPF_PSEUDO_MAP_VALUE, Linux 5.5); R8 = this CPU's
+		// counters. A threshold of 0 costs one compare.
+		asm.LoadMapValue(asm.R1, 0, 0).WithReference(lossSymbol).WithSymbol(lblRoCE),
+		asm.LoadMem(asm.R7, asm.R1, 0, asm.Word),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(countersSymbol),
+		asm.FnMapLookupElem.Call(),
+		asm.Mov.Reg(asm.R8, asm.R0),
+		asm.JEq.Imm(asm.R7, 0, lblRedirect),
+		asm.JEq.Imm32(asm.R7, -1, lblDrop), // lossAlways
+		asm.FnGetPrandomU32.Call(),
+		asm.JGE.Reg32(asm.R0, asm.R7, lblRedirect),
+
+		// Injected loss: count it and drop the frame.
+		asm.JEq.Imm(asm.R8, 0, lblDropped).WithSymbol(lblDrop),
+		asm.LoadMem(asm.R1, asm.R8, countersInjectedDropsOff, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R8, countersInjectedDropsOff, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R0, XDPDrop).WithSymbol(lblDropped),
+		asm.Return(),
+
 		// bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS): the
 		// flags argument is the action when the queue has no socket (≥ 5.3).
+		// Only a real redirect is counted.
 		asm.LoadMem(asm.R2, asm.R6, xdpMDRxQueueIndex, asm.Word).WithSymbol(lblRedirect),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(mapSymbol),
 		asm.Mov.Imm(asm.R3, XDPPass),
 		asm.FnRedirectMap.Call(),
-		asm.Return(),
+		asm.JNE.Imm(asm.R0, XDPRedirect, lblDone),
+		asm.JEq.Imm(asm.R8, 0, lblDone),
+		asm.LoadMem(asm.R1, asm.R8, countersRedirectedOff, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R8, countersRedirectedOff, asm.R1, asm.DWord),
+		asm.Return().WithSymbol(lblDone),
 
 		asm.Mov.Imm(asm.R0, XDPPass).WithSymbol(lblPass),
 		asm.Return(),

@@ -1,0 +1,86 @@
+package bpf
+
+import (
+	"fmt"
+	"math"
+)
+
+// counterValues is one CPU's struct counters (the counters map's value).
+type counterValues struct {
+	Redirected    uint64
+	InjectedDrops uint64
+}
+
+// lossThreshold turns a loss probability in [0, 1] into the program's
+// threshold: a frame is dropped when bpf_get_prandom_u32() < threshold,
+// always when the threshold is lossAlways.
+func lossThreshold(p float64) uint32 {
+	if p >= 1 {
+		return lossAlways
+	}
+	t := math.Round(p * (1 << 32))
+	if t >= lossAlways {
+		return lossAlways - 1 // lossAlways would mean 1
+	}
+	return uint32(t)
+}
+
+// lossProbability is the inverse of lossThreshold.
+func lossProbability(t uint32) float64 {
+	if t == lossAlways {
+		return 1
+	}
+	return float64(t) / (1 << 32)
+}
+
+// SetLoss makes the program drop each RoCE v2 frame it would redirect with
+// probability p, independently at random (bpf_get_prandom_u32), before the
+// redirect; 0 turns loss injection off (the default), 1 drops every RoCE
+// frame. Frames that are not RoCE are never dropped. p is kept to a
+// resolution of 2⁻³²; Loss returns the value in effect. It takes effect for
+// the next frame on every CPU and works whether or not the program is
+// attached.
+func (p *Program) SetLoss(prob float64) error {
+	if !(prob >= 0 && prob <= 1) { // also catches NaN
+		return fmt.Errorf("set loss: probability %v not in [0, 1]", prob)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("set loss: %w", ErrClosed)
+	}
+	t := lossThreshold(prob)
+	if err := p.loss.Put(uint32(0), t); err != nil {
+		return fmt.Errorf("set loss: %w", classify(err))
+	}
+	p.threshold = t
+	return nil
+}
+
+// Loss returns the loss probability in effect, as SetLoss last set it
+// (rounded to 2⁻³²); 0 when no loss is injected.
+func (p *Program) Loss() float64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return lossProbability(p.threshold)
+}
+
+// Counters reads the program's counters, summed over CPUs. They start at 0
+// when the program is loaded and only grow.
+func (p *Program) Counters() (Counters, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return Counters{}, fmt.Errorf("read counters: %w", ErrClosed)
+	}
+	var perCPU []counterValues
+	if err := p.counters.Lookup(uint32(0), &perCPU); err != nil {
+		return Counters{}, fmt.Errorf("read counters: %w", classify(err))
+	}
+	var c Counters
+	for _, v := range perCPU {
+		c.Redirected += v.Redirected
+		c.InjectedDrops += v.InjectedDrops
+	}
+	return c, nil
+}
