@@ -43,13 +43,19 @@ func isRoCE(f []byte) bool {
 // the verdict with isRoCE.
 func checkOracle(t *testing.T, p *Program, frame []byte) {
 	t.Helper()
+	checkOracleVerdict(t, p, frame, XDPRedirect)
+}
+
+// checkOracleVerdict is checkOracle with the verdict RoCE frames must get.
+func checkOracleVerdict(t *testing.T, p *Program, frame []byte, roce uint32) {
+	t.Helper()
 	got, err := p.Run(frame)
 	if err != nil {
 		t.Fatalf("Run(%x): %v", frame, err)
 	}
 	want := uint32(XDPPass)
 	if isRoCE(frame) {
-		want = XDPRedirect
+		want = roce
 	}
 	if got != want {
 		t.Errorf("frame %x: verdict %s, oracle says %s", frame, verdictName(got), verdictName(want))
@@ -102,6 +108,34 @@ func TestOracle(t *testing.T) {
 			}
 			if redirects < 500 {
 				t.Errorf("only %d mutated frames were RoCE: the mutations test little", redirects)
+			}
+		})
+	}
+}
+
+// TestOracleLoss runs the same mutations with loss 1: exactly the frames
+// isRoCE accepts are dropped, everything else passes.
+func TestOracleLoss(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			p := loadT(t, v.opts)
+			if err := p.SetSocket(0, xskT(t)); err != nil {
+				t.Fatalf("SetSocket: %v", err)
+			}
+			if err := p.SetLoss(1); err != nil {
+				t.Fatalf("SetLoss: %v", err)
+			}
+			drops := 0
+			for i, good := range [][]byte{roce4(16), roce6(16), roceVLAN4(16), roceVLAN6(16)} {
+				for _, f := range headerMutations(good, 2000, uint64(i)) {
+					checkOracleVerdict(t, p, f, XDPDrop)
+					if isRoCE(f) {
+						drops++
+					}
+				}
+			}
+			if c := countersT(t, p); c != (Counters{InjectedDrops: uint64(drops)}) {
+				t.Errorf("Counters() = %+v after %d drops and no redirects", c, drops)
 			}
 		})
 	}
