@@ -174,8 +174,10 @@ func TestAdversarial(t *testing.T) {
 			ff: bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCSendOnly, DestQP: 0x200, PSN: 501}}, payload: big[:4], nak: bth.NakInvalidRequest, err: true},
 		{name: "SEND over the receive buffer", pre: &bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCSendFirst, DestQP: 0x200, PSN: 500}},
 			ff: bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCSendMiddle, DestQP: 0x200, PSN: 501}}, payload: big, pre2: true, nak: bth.NakInvalidRequest, err: true},
-		{name: "FLUSH unsupported", ff: bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCFlush, DestQP: 0x200, PSN: 500},
-			RETH: bth.RETHFields{VA: remBase, RKey: remoteKey, DMALen: 8}}, nak: bth.NakInvalidRequest, err: true},
+		{name: "FLUSH forged key", ff: bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCFlush, DestQP: 0x200, PSN: 500},
+			RETH: bth.RETHFields{VA: remBase, RKey: 0x77, DMALen: 8}}, nak: bth.NakRemoteAccessError, err: true},
+		{name: "ATOMIC_WRITE forged key", ff: bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCAtomicWrite, DestQP: 0x200, PSN: 500},
+			RETH: bth.RETHFields{VA: remBase, RKey: 0x77, DMALen: 8}}, payload: big[:8], nak: bth.NakRemoteAccessError, err: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := newVictim(t)
@@ -264,5 +266,36 @@ func TestAdversarialUDQKey(t *testing.T) {
 	buf := mem.regions[localKey].buf
 	if !bytes.Equal(buf[:20], make([]byte, 20)) || buf[20] != 0x45 || !bytes.Equal(buf[20+12:20+16], ipA.AsSlice()) || !bytes.Equal(buf[40:40+len(msg)], msg) {
 		t.Fatalf("GRH area % x, payload %q", buf[:40], buf[40:40+len(msg)])
+	}
+}
+
+func TestAtomicWriteAndFlush(t *testing.T) {
+	v := newVictim(t)
+	aw := forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCAtomicWrite, DestQP: 0x200, PSN: 500, AckReq: true},
+		RETH: bth.RETHFields{VA: remBase + 16, RKey: remoteKey, DMALen: 8}}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	resp := v.input(aw)
+	if len(resp) != 1 || resp[0].Opcode() != bth.RCReadResponseOnly || len(resp[0].Payload) != 0 || resp[0].BTH.PSN() != 500 || resp[0].AETH.MSN() != 1 {
+		t.Fatalf("ATOMIC_WRITE: responses %v", resp)
+	}
+	if !bytes.Equal(v.rem.buf[16:24], []byte{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("ATOMIC_WRITE wrote % x", v.rem.buf[16:24])
+	}
+	// A duplicate is answered again but not executed again.
+	v.rem.buf[16] = 0xFF
+	resp = v.input(aw)
+	if len(resp) != 1 || resp[0].Opcode() != bth.RCReadResponseOnly || v.rem.buf[16] != 0xFF {
+		t.Fatalf("duplicate ATOMIC_WRITE: responses %v, byte %#x", resp, v.rem.buf[16])
+	}
+	fl := forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCFlush, DestQP: 0x200, PSN: 501, AckReq: true},
+		FETH: bth.FETHFields{PlacementType: 1}, RETH: bth.RETHFields{VA: remBase, RKey: remoteKey, DMALen: 4096}}, nil)
+	resp = v.input(fl)
+	if len(resp) != 1 || resp[0].Opcode() != bth.RCReadResponseOnly || resp[0].BTH.PSN() != 501 || resp[0].AETH.MSN() != 2 {
+		t.Fatalf("FLUSH: responses %v", resp)
+	}
+	// Misaligned ATOMIC_WRITE: invalid request.
+	bad := forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.RCAtomicWrite, DestQP: 0x200, PSN: 502},
+		RETH: bth.RETHFields{VA: remBase + 4, RKey: remoteKey, DMALen: 8}}, make([]byte, 8))
+	if resp = v.input(bad); len(resp) != 1 || resp[0].AETH.Syndrome() != bth.NakInvalidRequest {
+		t.Fatalf("misaligned ATOMIC_WRITE: %v", resp)
 	}
 }

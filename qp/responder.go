@@ -175,8 +175,9 @@ func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
 		ok = q.recvRead(f, psn)
 	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
 		ok = q.recvAtomic(f, op, psn)
+	case op == bth.RCAtomicWrite || op == bth.RCFlush:
+		ok = q.recvPlacement(f, op, psn)
 	default:
-		// FLUSH and ATOMIC_WRITE are not supported.
 		q.fatalNak(bth.NakInvalidRequest)
 		return true
 	}
@@ -424,6 +425,41 @@ func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	return true
 }
 
+// recvPlacement executes ATOMIC_WRITE (8 bytes written at once) and FLUSH
+// (nothing to do: the engine's writes are visible when it returns) and
+// answers both, as rxe does, with a zero-length READ RESPONSE ONLY kept as
+// a responder resource.
+func (q *QP) recvPlacement(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
+	va, n := f.RETH.VA(), f.RETH.DMALen()
+	if op == bth.RCAtomicWrite {
+		if len(f.Payload) != 8 || n != 8 || va%8 != 0 {
+			q.fatalNak(bth.NakInvalidRequest)
+			return false
+		}
+		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
+			q.fatalNak(bth.NakRemoteAccessError)
+			return false
+		}
+		b, ok := q.mem.Remote(f.RETH.RKey(), va, 8, AccessRemoteWrite)
+		if !ok || len(b) != 8 {
+			q.fatalNak(bth.NakRemoteAccessError)
+			return false
+		}
+		copy(b, f.Payload)
+	} else if n > 0 {
+		if _, ok := q.mem.Remote(f.RETH.RKey(), va, n, 0); !ok {
+			q.fatalNak(bth.NakRemoteAccessError)
+			return false
+		}
+	}
+	q.flushAck()
+	r := q.allocResource()
+	r.first, r.last = psn, psn
+	q.startResponse(r, psn)
+	q.msn++
+	return true
+}
+
 func (q *QP) startResponse(r *resource, psn bth.PSN) {
 	if !r.pending {
 		q.resActive++
@@ -455,6 +491,13 @@ func (q *QP) duplicate(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
 		q.startResponse(r, psn)
 	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
 		if r := q.findResource(psn); r != nil && r.atomic && r.first == psn {
+			q.flushAck()
+			q.startResponse(r, psn)
+		}
+	case op == bth.RCAtomicWrite || op == bth.RCFlush:
+		// Replayed from the resource; an ATOMIC_WRITE no longer kept is
+		// dropped rather than written again.
+		if r := q.findResource(psn); r != nil && !r.atomic && r.first == psn && len(r.src) == 0 {
 			q.flushAck()
 			q.startResponse(r, psn)
 		}
