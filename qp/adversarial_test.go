@@ -28,7 +28,7 @@ func newVictim(t *testing.T) *victim {
 		t.Fatal(err)
 	}
 	v.e = e
-	v.mem.add(localKey, localBase, 1<<20, AccessLocalWrite)
+	v.mem.add(localKey, localBase, 1<<17, AccessLocalWrite)
 	v.rem = v.mem.add(remoteKey, remBase, 4096, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
 	v.mem.add(3, 0x9000_0000, 4096, AccessRemoteRead) // read-only region
 	for i, qpn := range []uint32{0x200, 0x201} {
