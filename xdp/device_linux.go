@@ -205,3 +205,16 @@ func (d *Device) Close() error {
 	})
 	return d.closeErr
 }
+
+// Available reports whether this process can create AF_XDP sockets: nil, or
+// an error wrapping ErrNotSupported (no AF_XDP in the kernel) or
+// ErrPermission. A caller can use it to choose the af_packet link instead.
+// It does not check the driver or the XDP program; Open does.
+func Available() error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return classify("xdp: create AF_XDP socket", err)
+	}
+	unix.Close(fd)
+	return nil
+}

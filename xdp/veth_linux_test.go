@@ -943,3 +943,14 @@ func TestCloseOneSocket(t *testing.T) {
 		t.Errorf("UMEM after device Close: %d references, memory held %v", u.refs.Load(), u.mem != nil)
 	}
 }
+
+func TestAvailable(t *testing.T) {
+	err := Available()
+	if os.Geteuid() == 0 && err != nil && !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Available() as root = %v", err)
+	}
+	if err != nil && !errors.Is(err, ErrNotSupported) && !errors.Is(err, ErrPermission) {
+		t.Fatalf("Available() = %v, want nil or a sentinel", err)
+	}
+	t.Logf("Available() = %v", err)
+}

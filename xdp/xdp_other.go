@@ -14,3 +14,6 @@ func Open(ifname string, cfg Config) (*Device, error) {
 
 // Close does nothing.
 func (d *Device) Close() error { return nil }
+
+// Available reports ErrNotSupported: AF_XDP exists only on Linux.
+func Available() error { return fmt.Errorf("xdp: %w", ErrNotSupported) }
