@@ -3,9 +3,13 @@
 package xdp
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xroce/xroce/bpf"
 )
 
 // fakeRing builds a ring over ordinary memory, with our side producing or
@@ -195,4 +199,23 @@ func FuzzRingFIFO(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestBPFError(t *testing.T) {
+	tests := []struct {
+		err  error
+		want error
+	}{
+		{fmt.Errorf("attach: %w", unix.ERANGE), ErrMTU},
+		{fmt.Errorf("load: %w", bpf.ErrPermission), ErrPermission},
+		{fmt.Errorf("attach: %w", unix.EPERM), ErrPermission},
+		{fmt.Errorf("load: %w", bpf.ErrNoXDP), ErrNotSupported},
+		{fmt.Errorf("load: %w", bpf.ErrNoFrags), ErrNotSupported},
+		{fmt.Errorf("load: %w", bpf.ErrNoBPF), ErrNotSupported},
+	}
+	for _, tt := range tests {
+		if got := bpfError(tt.err); !errors.Is(got, tt.want) || !errors.Is(got, tt.err) {
+			t.Errorf("bpfError(%v) = %v, want it to wrap %v and the cause", tt.err, got, tt.want)
+		}
+	}
 }
