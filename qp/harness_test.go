@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/link"
 )
 
 // region is a registered memory region of testMem, with guard bytes on
@@ -129,6 +130,55 @@ type simNet struct {
 	ends   [2]*simEnd
 	sent   int
 	dropFn func(from int, b []byte) bool // drops a frame when it returns true
+
+	// Pipe mode: the frames travel over a link.Pipe on a fake clock
+	// instead of the wire above.
+	pipe  [2]*link.PipeEnd
+	epoch time.Time
+	rx    [][]byte
+}
+
+// usePipe switches the network to a link.Pipe with the given faults.
+func (n *simNet) usePipe(seed uint64, atob, btoa link.Faults) {
+	n.epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	n.pipe[0], n.pipe[1] = link.NewPipe(link.PipeConfig{Seed: seed, MTU: 9000, MaxFrame: MaxFrameLen(MTU4096), Buffers: 4096,
+		AtoB: atob, BtoA: btoa, Clock: func() time.Time { return n.epoch.Add(n.now) }})
+	n.rx = make([][]byte, 64)
+}
+
+// pipeStep is step in pipe mode.
+func (n *simNet) pipeStep() bool {
+	for i, end := range n.ends {
+		for {
+			got, _ := n.pipe[i].Receive(n.rx, 0)
+			if got == 0 {
+				break
+			}
+			end.e.Input(n.rx[:got], n.now)
+			n.pipe[i].Release(n.rx[:got])
+		}
+	}
+	next := Never
+	for i, end := range n.ends {
+		if d := end.e.Poll(n.now); d < next {
+			next = d
+		}
+		if len(end.tx) > 0 {
+			n.sent += len(end.tx)
+			n.pipe[i].Transmit(end.tx)
+			end.tx = end.tx[:0]
+		}
+	}
+	for _, p := range n.pipe {
+		if at, ok := p.NextDelivery(); ok {
+			next = min(next, at.Sub(n.epoch))
+		}
+	}
+	if next == Never {
+		return false
+	}
+	n.now = max(next, n.now+time.Nanosecond)
+	return true
 }
 
 // simEnd is one side: an engine with its output.
@@ -138,11 +188,22 @@ type simEnd struct {
 	e    *Engine
 	free [][]byte
 	mem  *testMem
+	tx   [][]byte // pipe mode: frames to transmit after Poll
+	one  [][]byte
 }
 
 const bufSize = 4096 + 256
 
 func (s *simEnd) Alloc() []byte {
+	if p := s.net.pipe[s.idx]; p != nil {
+		if s.one == nil {
+			s.one = make([][]byte, 1)
+		}
+		if p.Alloc(s.one) == 0 {
+			return nil
+		}
+		return s.one[0]
+	}
 	if n := len(s.free); n > 0 {
 		b := s.free[n-1]
 		s.free = s.free[:n-1]
@@ -153,6 +214,10 @@ func (s *simEnd) Alloc() []byte {
 
 func (s *simEnd) Send(b []byte) {
 	n := s.net
+	if n.pipe[s.idx] != nil {
+		s.tx = append(s.tx, b)
+		return
+	}
 	n.sent++
 	to := 1 - s.idx
 	if n.f.loss > 0 && n.rng.Float64() < n.f.loss || n.dropFn != nil && n.dropFn(s.idx, b) {
@@ -209,6 +274,9 @@ func newSimNetMTU(t testing.TB, seed uint64, f faults, mtu MTU) *simNet {
 // the clock to the next event. It returns false when nothing at all is
 // scheduled (a hang, unless the test is done).
 func (n *simNet) step() bool {
+	if n.pipe[0] != nil {
+		return n.pipeStep()
+	}
 	var batch [2][][]byte
 	for len(n.flight) > 0 && n.flight[0].at <= n.now {
 		x := heap.Pop(&n.flight).(inflight)

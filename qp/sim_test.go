@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/xroce/xroce/link"
 )
 
 const (
@@ -73,12 +75,16 @@ type simCfg struct {
 	psnB   uint32
 	mtu    MTU
 	window int // receive requests kept posted (RNR when small)
+	pipe   *[2]link.Faults
 }
 
 // runSim runs a random bidirectional workload and checks every completion
 // and every byte.
 func runSim(t *testing.T, seed uint64, c simCfg) {
 	n := newSimNetMTU(t, seed, c.faults, c.mtu)
+	if c.pipe != nil {
+		n.usePipe(seed, c.pipe[0], c.pipe[1])
+	}
 	rng := rand.New(rand.NewPCG(seed, 42))
 	a, b, cqs := connect(t, n, c.typ, c.psnA, c.psnB, c.mtu, nil)
 	qps := [2]*QP{a, b}
@@ -334,6 +340,15 @@ func runSim(t *testing.T, seed uint64, c simCfg) {
 			}
 		}
 	}
+	if n.pipe[0] != nil {
+		st := n.pipe[0].Stats()
+		if st.TxFrames == 0 || n.pipe[1].Stats().RxFrames == 0 {
+			t.Fatalf("seed %d: nothing went over the pipe: %+v", seed, st)
+		}
+		if testing.Verbose() {
+			t.Logf("pipe a→b: %d frames, faults %v", st.TxFrames, st.Extra)
+		}
+	}
 	if c.typ == RC && (a.State() != StateRTS || b.State() != StateRTS) {
 		t.Fatalf("seed %d: states %v %v at the end, want RTS", seed, a.State(), b.State())
 	}
@@ -436,4 +451,22 @@ func TestSimUDIPv6(t *testing.T) {
 	simIPs = [2]netip.Addr{netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}
 	t.Cleanup(func() { simIPs = saved })
 	runSim(t, 1, simCfg{typ: UD, ops: 30, mtu: MTU2048, window: 64, faults: faults{delay: time.Microsecond}})
+}
+
+// TestSimRCPipe runs the workload over the project's in-memory link
+// (link.Pipe) with its own seeded faults on a fake clock, through the
+// Link API (Alloc, Transmit, Receive, Release) the verbs layer will use.
+func TestSimRCPipe(t *testing.T) {
+	for seed := range uint64(simSeeds(6, 20)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 23))
+			lf := func() link.Faults {
+				p := func() float64 { return rng.Float64() * 0.2 }
+				return link.Faults{Loss: p(), Duplicate: p(), Corrupt: p(), Reorder: p(), ReorderGap: 1 + rng.IntN(4),
+					Delay: time.Duration(1+rng.IntN(5)) * time.Microsecond, Jitter: time.Duration(rng.IntN(3)) * time.Microsecond}
+			}
+			runSim(t, seed, simCfg{typ: RC, ops: 30, mtu: []MTU{MTU256, MTU1024, MTU4096}[seed%3], window: 1 + rng.IntN(6),
+				psnA: 1<<24 - 1 - rng.Uint32N(200), psnB: rng.Uint32N(1 << 24), pipe: &[2]link.Faults{lf(), lf()}})
+		})
+	}
 }
