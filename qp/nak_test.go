@@ -247,3 +247,17 @@ func TestAtomicNeverTwice(t *testing.T) {
 		t.Fatal("no duplicates seen: the test did not test anything")
 	}
 }
+
+func TestUnsignaled(t *testing.T) {
+	p := newPair(t, faults{delay: time.Microsecond}, nil)
+	p.recv(1, 64)
+	p.recv(2, 64)
+	p.post(SendWR{ID: 0, Opcode: WRSend, SGL: sge(localBase, 10)}) // unsignaled: no completion
+	p.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: sge(localBase, 10), RemoteAddr: remBase, RKey: remoteKey})
+	p.post(SendWR{ID: 2, Opcode: WRSend, SGL: sge(localBase, 100)}) // unsignaled but fails (buffer too small): completes
+	p.run(time.Second)
+	got := p.cqs[0].wcs
+	if len(got) != 2 || got[0].ID != 1 || got[0].Status != WCSuccess || got[0].Opcode != WCRDMAWrite || got[1].ID != 2 || got[1].Status != WCRemInvReqErr {
+		t.Fatalf("completions %+v, want WRITE 1 SUCCESS and SEND 2 REM_INV_REQ_ERR", got)
+	}
+}
