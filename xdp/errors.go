@@ -38,6 +38,9 @@ var (
 	// link's Alloc or Receive, or was already given back.
 	ErrBadBuffer = errors.New("buffer not owned by the caller (double release or foreign buffer)")
 
+	// ErrEmptyFrame: a buffer given to Transmit has length 0.
+	ErrEmptyFrame = errors.New("empty frame")
+
 	// ErrFrameTooLarge: a frame given to Transmit is longer than Info().MaxFrame.
 	ErrFrameTooLarge = errors.New("frame longer than MaxFrame")
 )

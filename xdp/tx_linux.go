@@ -121,13 +121,13 @@ func (s *Socket) Transmit(bufs [][]byte) (int, error) {
 		} else {
 			limit = uint64(idx+1) << s.shift
 		}
-		nd := uint32((addr+l-1)>>s.shift-addr>>s.shift) + 1
 		if l == 0 {
 			s.release(b)
 			s.st.txDropped.Add(1)
-			err = fmt.Errorf("transmit: empty frame")
+			err = fmt.Errorf("transmit: %w", ErrEmptyFrame)
 			continue
 		}
+		nd := uint32((addr+l-1)>>s.shift-addr>>s.shift) + 1 // chunks the frame touches
 		if l > uint64(s.maxFrame) || addr+l > limit || (nd > 1 && !s.sg) {
 			s.release(b)
 			s.st.txTooLong.Add(1)

@@ -411,8 +411,8 @@ func TestOwnership(t *testing.T) {
 	}
 	// An empty frame is refused and its buffer taken back.
 	a.Release(bufs[1:8])
-	if n, err := a.Transmit([][]byte{bufs[0][:0]}); n != 0 || err == nil {
-		t.Fatalf("Transmit(empty frame) = %d, %v, want 0 and an error", n, err)
+	if n, err := a.Transmit([][]byte{bufs[0][:0]}); n != 0 || !errors.Is(err, ErrEmptyFrame) {
+		t.Fatalf("Transmit(empty frame) = %d, %v, want 0, ErrEmptyFrame", n, err)
 	}
 	if n := a.Alloc(bufs); n != 8 {
 		t.Fatalf("Alloc after refused Transmit = %d, want 8", n)
