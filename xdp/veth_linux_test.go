@@ -435,6 +435,27 @@ func TestOwnership(t *testing.T) {
 		t.Fatalf("releasing a transmitted buffer: bad_release = %d, want 1", got)
 	}
 	recvCheckT(t, a, p.B, p.A, 2, []int{300})
+
+	// A received buffer stretched to its chunk's end is longer than
+	// MaxFrame: refused, and taken back all the same.
+	sendAll(t, a, p.A, p.B, roceUDPPort, 3, []int{300}, nil, 0)
+	if n, err := b.Receive(rx, 5*time.Second); err != nil || n != 1 {
+		t.Fatalf("Receive = %d, %v, want 1 frame", n, err)
+	}
+	long := rx[0][:cap(rx[0])]
+	if len(long) <= b.Info().MaxFrame {
+		t.Fatalf("received buffer's capacity %d is not beyond MaxFrame %d", len(long), b.Info().MaxFrame)
+	}
+	if sent, err := b.Transmit([][]byte{long}); sent != 0 || !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("Transmit(%d bytes) = %d, %v, want 0, ErrFrameTooLarge", len(long), sent, err)
+	}
+	b.Release(rx[:1])
+	if got := b.Stats().Extra["bad_release"]; got != 2 {
+		t.Fatalf("releasing a refused buffer: bad_release = %d, want 2 (Transmit took it back)", got)
+	}
+	if err := b.checkOwners(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestReceiveWakeup checks the timeout, Wakeup and Close paths of Receive,
