@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xroce/xroce/bpf"
@@ -217,4 +218,15 @@ func Available() error {
 	}
 	unix.Close(fd)
 	return nil
+}
+
+// RxQueues returns the number of receive queues of the interface ifname
+// (from rtnetlink's IFLA_NUM_RX_QUEUES), for a Config.Queues that covers them
+// all. Like Open it must run in the interface's network namespace.
+func RxQueues(ifname string) (int, error) {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return 0, fmt.Errorf("xdp: look up %s: %w", ifname, err)
+	}
+	return l.Attrs().NumRxQueues, nil
 }

@@ -360,7 +360,17 @@ func TestNonRoCEReachesKernel(t *testing.T) {
 
 func TestMultiQueue(t *testing.T) {
 	const queues = 2
-	p, da, db := pairT(t, netns.Config{Queues: queues}, Config{Queues: []int{0, 1}, RingSize: 256})
+	p := netns.NewT(t, netns.Config{Queues: queues})
+	var nq int
+	if err := p.A.Do(func() error {
+		var err error
+		nq, err = RxQueues(p.A.Ifname)
+		return err
+	}); err != nil || nq != queues {
+		t.Fatalf("RxQueues(%s) = %d, %v, want %d", p.A.Ifname, nq, err, queues)
+	}
+	da := openT(t, p.A, Config{Queues: []int{0, 1}, RingSize: 256})
+	db := openT(t, p.B, Config{Queues: []int{0, 1}, RingSize: 256})
 	if len(da.Sockets()) != queues {
 		t.Fatalf("%d sockets, want %d", len(da.Sockets()), queues)
 	}
