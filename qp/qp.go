@@ -207,6 +207,9 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	return q, nil
 }
 
+// QP returns the engine's queue pair numbered qpn, or nil.
+func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
+
 // Destroy removes the QP from the engine without completions.
 func (q *QP) Destroy() {
 	delete(q.e.qps, q.qpn)

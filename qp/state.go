@@ -235,7 +235,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 	case StateRTR:
 		q.onRTR()
 	case StateRTS:
-		if from == StateRTR || from == StateSQE {
+		if from == StateRTR {
 			q.onRTS()
 		}
 	}
