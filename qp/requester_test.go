@@ -179,6 +179,9 @@ func TestSolicitedAndInvalidate(t *testing.T) {
 	if len(se) != 2 || se[0] || !se[1] {
 		t.Fatalf("SE bits %v, want only on the last packet", se)
 	}
+	if !r[0].Solicited {
+		t.Fatal("receive completion of a solicited message not marked Solicited")
+	}
 }
 
 func TestAckCoalescingAndDuplicates(t *testing.T) {

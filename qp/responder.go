@@ -254,7 +254,7 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	if !op.IsLast() {
 		return true
 	}
-	wc := WC{Opcode: WCRecv, ByteLen: q.in.off}
+	wc := WC{Opcode: WCRecv, ByteLen: q.in.off, Solicited: f.BTH.SE()}
 	if op.HasImm() {
 		wc.Flags |= WCWithImm
 		wc.Imm = f.ImmDt.Imm()
@@ -328,7 +328,7 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	q.in = inMsg{}
 	q.msn++
 	if op.HasImm() {
-		q.completeRecv(WC{Opcode: WCRecvRDMAWithImm, Flags: WCWithImm, Imm: f.ImmDt.Imm(), ByteLen: total})
+		q.completeRecv(WC{Opcode: WCRecvRDMAWithImm, Flags: WCWithImm, Imm: f.ImmDt.Imm(), ByteLen: total, Solicited: f.BTH.SE()})
 	}
 	return true
 }
@@ -642,7 +642,7 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 	}
 	scatter(w.dst, 0, grh[:])
 	scatter(w.dst, grhSize, f.Payload)
-	wc := WC{Opcode: WCRecv, Flags: WCWithGRH, ByteLen: n + grhSize, SrcQP: f.DETH.SrcQP()}
+	wc := WC{Opcode: WCRecv, Flags: WCWithGRH, ByteLen: n + grhSize, SrcQP: f.DETH.SrcQP(), Solicited: f.BTH.SE()}
 	if op.HasImm() {
 		wc.Flags |= WCWithImm
 		wc.Imm = f.ImmDt.Imm()

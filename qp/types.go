@@ -268,6 +268,10 @@ type WC struct {
 	InvKey  uint32
 	QPN     uint32 // the local QP
 	SrcQP   uint32 // UD: the sender's QP number
+	// Solicited is set on a receive completion whose message carried the
+	// Solicited Event bit, for ibv_req_notify_cq(solicited_only); it is
+	// not part of ibv_wc.
+	Solicited bool
 }
 
 // Memory gives the engine access to registered memory; the verbs layer
