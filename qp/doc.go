@@ -14,11 +14,22 @@
 // that the verbs layer implements (the engine only reads and writes the
 // slices it hands out), and completions go to a CQ.
 //
+// A typical owner loop (the verbs layer's worker, one per link queue):
+//
+//	n, _ := link.Receive(bufs, timeUntil(deadline))
+//	engine.Input(bufs[:n], now())   // requests, responses, ACKs
+//	link.Release(bufs[:n])          // Input keeps nothing
+//	deadline = engine.Poll(now())   // sends through Output, runs timers
+//
+// with PostSend, PostRecv and Modify called on the same goroutine.
+//
 // Files follow the spec's parts: state.go (QP states, attributes, Modify,
 // flush), requester.go (work requests, segmentation, PSNs, go-back-N),
 // completer.go (ACKs, NAKs, READ responses, atomic ACKs), responder.go
 // (PSN check, duplicates, receive queue, RDMA access checks, responder
-// resources, UC and UD), timer.go (local ACK timeout, RNR wait).
+// resources, FLUSH and ATOMIC_WRITE, UC and UD), srq.go (shared receive
+// queues), timer.go (local ACK timeout, RNR wait), qp.go (Engine, QP
+// creation, frame dispatch, Poll).
 //
 // Interop choices follow rxe: AckReq on the last packet of a message and
 // at least every 64 packets; at most 128 unacknowledged PSNs; ACKs carry
