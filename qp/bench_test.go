@@ -54,7 +54,7 @@ func newMemPair(tb testing.TB, mtu MTU) *memPair {
 		p.e[i], _ = NewEngine(EngineConfig{Out: p.out[i]})
 		mem := newTestMem()
 		mem.add(localKey, localBase, 2<<20, AccessLocalWrite)
-		mem.add(remoteKey, remBase, 2<<20, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+		mem.add(remoteKey, remBase, 2<<20, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
 		p.cq[2*i], p.cq[2*i+1] = &countCQ{}, &countCQ{}
 		q, err := p.e[i].CreateQP(Config{Type: RC, QPN: uint32(0x100 + i), SendCQ: p.cq[2*i], RecvCQ: p.cq[2*i+1], Mem: mem,
 			MaxSendWR: 256, MaxRecvWR: 256})
@@ -68,7 +68,7 @@ func newMemPair(tb testing.TB, mtu MTU) *memPair {
 			a Attr
 			m AttrMask
 		}{
-			{Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead}, AttrPKey | AttrPort | AttrAccessFlags},
+			{Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}, AttrPKey | AttrPort | AttrAccessFlags},
 			{Attr{State: StateRTR, AV: simAV(i), PathMTU: mtu, DestQPN: p.q[1-i].QPN(), RQPSN: 1<<24 - 1000, MaxDestRdAtomic: 8, MinRNRTimer: 1},
 				AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
 			{Attr{State: StateRTS, SQPSN: 1<<24 - 1000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8},
@@ -110,6 +110,10 @@ func (p *memPair) pump() {
 var (
 	sendWR  = SendWR{Opcode: WRSend, SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}, Flags: SendSignaled}
 	recvWR  = RecvWR{SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}}
+	readWR = SendWR{Opcode: WRRDMARead, SGL: []SGE{{Addr: localBase, Length: 64 << 10, LKey: localKey}},
+		RemoteAddr: remBase, RKey: remoteKey, Flags: SendSignaled}
+	faddWR = SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{{Addr: localBase + 1<<20, Length: 8, LKey: localKey}},
+		RemoteAddr: remBase + 1<<20, RKey: remoteKey, CompareAdd: 1, Flags: SendSignaled}
 	writeWR = SendWR{Opcode: WRRDMAWrite, SGL: []SGE{{Addr: localBase, Length: 1 << 20, LKey: localKey}},
 		RemoteAddr: remBase, RKey: remoteKey, Flags: SendSignaled}
 )
@@ -139,6 +143,19 @@ func TestSteadyStateAllocs(t *testing.T) {
 	w.writeOne()
 	if a := testing.AllocsPerRun(20, w.writeOne); a != 0 {
 		t.Errorf("1 MiB WRITE: %v allocations, want 0", a)
+	}
+	r := newMemPair(t, MTU1024)
+	readOne := func() {
+		_ = r.q[0].PostSend(&readWR)
+		_ = r.q[0].PostSend(&faddWR)
+		r.pump()
+	}
+	readOne()
+	if a := testing.AllocsPerRun(20, readOne); a != 0 {
+		t.Errorf("64 KiB READ and FETCH_ADD: %v allocations, want 0", a)
+	}
+	if r.cq[0].bad != 0 || r.cq[0].n != 2*22 {
+		t.Fatalf("READ/atomic completions: %d (bad %d)", r.cq[0].n, r.cq[0].bad)
 	}
 	if p.cq[0].bad+w.cq[0].bad != 0 || p.cq[0].n != 64+51*32 || p.cq[3].n != p.cq[0].n || w.cq[0].n != 22 {
 		t.Fatalf("completions: sends %d (bad %d), receives %d, writes %d", p.cq[0].n, p.cq[0].bad, p.cq[3].n, w.cq[0].n)
