@@ -108,8 +108,8 @@ func (p *memPair) pump() {
 }
 
 var (
-	sendWR  = SendWR{Opcode: WRSend, SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}, Flags: SendSignaled}
-	recvWR  = RecvWR{SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}}
+	sendWR = SendWR{Opcode: WRSend, SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}, Flags: SendSignaled}
+	recvWR = RecvWR{SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}}
 	readWR = SendWR{Opcode: WRRDMARead, SGL: []SGE{{Addr: localBase, Length: 64 << 10, LKey: localKey}},
 		RemoteAddr: remBase, RKey: remoteKey, Flags: SendSignaled}
 	faddWR = SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{{Addr: localBase + 1<<20, Length: 8, LKey: localKey}},
