@@ -214,3 +214,72 @@ func TestGoldenRequester(t *testing.T) {
 		t.Fatalf("%d completions, want %d", n, writes)
 	}
 }
+
+// TestReplayReadRetries feeds our responder the requests of an rxe
+// ib_read_bw client that ran with 10% loss: new READs, and retries of
+// partly answered ones (a later PSN, address and length). Every request
+// must be answered with the PSNs it asks for and exactly the bytes of its
+// range, and the QP must stay in RTS.
+func TestReplayReadRetries(t *testing.T) {
+	c := loadCapture(t, "11_read_bw_loss10_resp.pcap")
+	first := &c.client[0]
+	va, rkey := first.RETH.VA(), first.RETH.RKey()
+	mem := newTestMem()
+	r := mem.add(rkey, va, int(first.RETH.DMALen()), AccessLocalWrite|AccessRemoteRead)
+	for i := range r.buf {
+		r.buf[i] = byte(i*7 + i>>8)
+	}
+	out := &nullOut{}
+	e, q := goldenQP(t, out, mem, first, nil, first.BTH.DestQP(), c.server[0].BTH.DestQP(), first.BTH.PSN(), 0)
+	reads, retries, gaps := 0, 0, 0
+	for i := range c.client {
+		f := &c.client[i]
+		if f.Opcode() != bth.RCReadRequest {
+			continue
+		}
+		reads++
+		if f.RETH.VA() != va {
+			retries++
+		}
+		gap := q.ePSN.Less(f.BTH.PSN()) // the capture lost an earlier request
+		out.sent = out.sent[:0]
+		e.Input([][]byte{c.rawC[i]}, 0)
+		e.Poll(0)
+		if gap {
+			gaps++
+			for _, b := range out.sent {
+				var g bth.Frame
+				if err := g.Decode(b); err != nil || g.Opcode() != bth.RCAck || g.AETH.Syndrome() != bth.NakPSNSeqError || g.BTH.PSN() != q.ePSN {
+					t.Fatalf("request %d beyond a gap: answered %v, want a PSN sequence NAK for %d", i, g.Opcode(), q.ePSN)
+				}
+			}
+			continue
+		}
+		psn, off := f.BTH.PSN(), int(f.RETH.VA()-va)
+		want := int(f.RETH.DMALen())
+		got := 0
+		for k, b := range out.sent {
+			var g bth.Frame
+			if err := g.Decode(b); err != nil {
+				t.Fatal(err)
+			}
+			if g.BTH.PSN() != psn.Add(uint32(k)) || !g.Opcode().IsReadResponse() {
+				t.Fatalf("request %d (PSN %d): response %d is %v PSN %d", i, psn, k, g.Opcode(), g.BTH.PSN())
+			}
+			if !bytes.Equal(g.Payload, r.buf[off+got:off+got+len(g.Payload)]) {
+				t.Fatalf("request %d: response %d carries the wrong bytes", i, k)
+			}
+			got += len(g.Payload)
+		}
+		if got != want {
+			t.Fatalf("request %d (PSN %d, %d bytes at +%d): answered %d bytes", i, psn, want, off, got)
+		}
+		if q.State() != StateRTS {
+			t.Fatalf("request %d: QP in %v", i, q.State())
+		}
+	}
+	if retries == 0 || reads < 50 {
+		t.Fatalf("%d reads, %d retries: the capture did not exercise retries", reads, retries)
+	}
+	t.Logf("%d READ requests, %d retries from the middle, %d beyond a gap", reads, retries, gaps)
+}
