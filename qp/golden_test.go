@@ -283,3 +283,88 @@ func TestReplayReadRetries(t *testing.T) {
 	}
 	t.Logf("%d READ requests, %d retries from the middle, %d beyond a gap", reads, retries, gaps)
 }
+
+// TestGoldenRequesterReadAtomic plays the client of the ib_read_bw and
+// ib_atomic_bw captures: it must send rxe's requests (opcodes, PSNs,
+// AckReq, RETH or AtomicETH) and, fed rxe's READ responses and atomic
+// ACKs, complete each request with the data rxe returned.
+func TestGoldenRequesterReadAtomic(t *testing.T) {
+	for _, name := range []string{"05_read_bw_s8192.pcap", "06_atomic_bw.pcap"} {
+		t.Run(name, func(t *testing.T) {
+			c := loadCapture(t, name)
+			first := &c.client[0]
+			mem := newTestMem()
+			local := mem.add(localKey, localBase, 8192*len(c.client), AccessLocalWrite)
+			out := &nullOut{}
+			e, q := goldenQP(t, out, mem, &c.server[0], nil, c.server[0].BTH.DestQP(), first.BTH.DestQP(), 0, first.BTH.PSN())
+			for i := range c.client {
+				f := &c.client[i]
+				wr := SendWR{ID: uint64(i), Flags: SendSignaled}
+				switch f.Opcode() {
+				case bth.RCReadRequest:
+					wr.Opcode, wr.RemoteAddr, wr.RKey = WRRDMARead, f.RETH.VA(), f.RETH.RKey()
+					wr.SGL = sge(localBase+uint64(i)*8192, f.RETH.DMALen())
+				case bth.RCFetchAdd:
+					a := f.AtomicETH
+					wr.Opcode, wr.RemoteAddr, wr.RKey, wr.CompareAdd = WRAtomicFetchAdd, a.VA(), a.RKey(), a.SwapAdd()
+					wr.SGL = sge(localBase+uint64(i)*8192, 8)
+				default:
+					t.Fatalf("unexpected %v in the capture", f.Opcode())
+				}
+				if err := q.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []bth.Frame
+			for si := 0; ; si++ {
+				out.sent = out.sent[:0]
+				e.Poll(0)
+				for _, b := range out.sent {
+					var f bth.Frame
+					if err := f.Decode(b); err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, f)
+				}
+				if si == len(c.server) {
+					break
+				}
+				e.Input([][]byte{c.rawS[si]}, 0)
+			}
+			if len(got) != len(c.client) {
+				t.Fatalf("sent %d requests, rxe sent %d", len(got), len(c.client))
+			}
+			for i := range got {
+				if g, w := transport(&got[i]), transport(&c.client[i]); !bytes.Equal(g, w) {
+					t.Fatalf("request %d: transport bytes\n% x\nrxe sent\n% x", i, g, w)
+				}
+			}
+			wcs := q.sendCQ.(*testCQ).wcs
+			if len(wcs) != len(c.client) {
+				t.Fatalf("%d completions for %d requests", len(wcs), len(c.client))
+			}
+			// The data of each response landed in its request's buffer.
+			k := 0
+			for i := range c.client {
+				buf := local.buf[i*8192:]
+				if wcs[i].Status != WCSuccess || wcs[i].ID != uint64(i) {
+					t.Fatalf("completion %d: %+v", i, wcs[i])
+				}
+				if c.client[i].Opcode() == bth.RCFetchAdd {
+					if got := binary.LittleEndian.Uint64(buf); got != c.server[i].AtomicAckETH.OrigRemoteData() {
+						t.Fatalf("FETCH_ADD %d returned %d, rxe said %d", i, got, c.server[i].AtomicAckETH.OrigRemoteData())
+					}
+					continue
+				}
+				off := 0
+				for ; k < len(c.server) && off < int(c.client[i].RETH.DMALen()); k++ {
+					p := c.server[k].Payload
+					if !bytes.Equal(buf[off:off+len(p)], p) {
+						t.Fatalf("READ %d: bytes at %d differ from rxe's response", i, off)
+					}
+					off += len(p)
+				}
+			}
+		})
+	}
+}
