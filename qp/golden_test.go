@@ -368,3 +368,160 @@ func TestGoldenRequesterReadAtomic(t *testing.T) {
 		})
 	}
 }
+
+// TestGoldenUCWrite plays both sides of an rxe UC ib_write_bw capture
+// (1500-byte WRITEs at MTU 1024): as the client it sends rxe's packets, as
+// the server it places every WRITE and sends nothing back.
+func TestGoldenUCWrite(t *testing.T) {
+	c := loadCapture(t, "08_uc_write_bw_s1500.pcap")
+	first := &c.client[0]
+	if first.Opcode() != bth.UCWriteFirst {
+		t.Fatalf("capture starts with %v", first.Opcode())
+	}
+	// Server side.
+	mem := newTestMem()
+	va, n := first.RETH.VA(), int(first.RETH.DMALen())
+	end := va + uint64(n)
+	for i := range c.client {
+		if f := &c.client[i]; f.RETH != nil {
+			va, end = min(va, f.RETH.VA()), max(end, f.RETH.VA()+uint64(f.RETH.DMALen()))
+		}
+	}
+	r := mem.add(first.RETH.RKey(), va, int(end-va), AccessLocalWrite|AccessRemoteWrite)
+	out := &nullOut{}
+	e, q := goldenUC(t, out, mem, first, first.BTH.DestQP(), 0x99, first.BTH.PSN(), 0)
+	var want []byte
+	var at uint64
+	for i := range c.client {
+		e.Input([][]byte{c.rawC[i]}, 0)
+		e.Poll(0)
+		f := &c.client[i]
+		if f.Opcode() == bth.UCWriteFirst {
+			want, at = want[:0], f.RETH.VA()-va
+		}
+		want = append(want, f.Payload...)
+		if f.Opcode() == bth.UCWriteLast && !bytes.Equal(r.buf[at:at+uint64(len(want))], want) {
+			t.Fatalf("WRITE ending at frame %d not placed", i)
+		}
+	}
+	if len(out.sent) != 0 || q.State() != StateRTS || len(c.server) != 0 {
+		t.Fatalf("UC server sent %d frames (rxe %d), state %v", len(out.sent), len(c.server), q.State())
+	}
+	// Client side.
+	lmem := newTestMem()
+	lmem.add(localKey, localBase, n, AccessLocalWrite)
+	out = &nullOut{}
+	e, q = goldenUC(t, out, lmem, &bth.Frame{}, 0x99, first.BTH.DestQP(), 0, first.BTH.PSN())
+	for i := range c.client {
+		if f := &c.client[i]; f.RETH != nil {
+			if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, SGL: sge(localBase, uint32(n)), RemoteAddr: f.RETH.VA(), RKey: f.RETH.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.Poll(0)
+	if len(out.sent) != len(c.client) {
+		t.Fatalf("sent %d frames, rxe %d", len(out.sent), len(c.client))
+	}
+	for i, b := range out.sent {
+		var g bth.Frame
+		if err := g.Decode(b); err != nil {
+			t.Fatal(err)
+		}
+		w := &c.client[i]
+		if !bytes.Equal(g.BTH, w.BTH) || !bytes.Equal(g.RETH, w.RETH) || len(g.Payload) != len(w.Payload) {
+			t.Fatalf("frame %d: BTH % x RETH % x, rxe BTH % x RETH % x", i, []byte(g.BTH), []byte(g.RETH), []byte(w.BTH), []byte(w.RETH))
+		}
+	}
+}
+
+// goldenUC makes a UC QP in RTS.
+func goldenUC(t *testing.T, out Output, mem Memory, self *bth.Frame, qpn, dest uint32, rqPSN, sqPSN bth.PSN) (*Engine, *QP) {
+	e, err := NewEngine(EngineConfig{Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.CreateQP(Config{Type: UC, QPN: qpn, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Mem: mem, MaxSendWR: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	av := simAV(1)
+	if self.IPv4 != nil {
+		av = AddressVector{SrcIP: self.DstIP(), DstIP: self.SrcIP(), HopLimit: 64}
+	}
+	for _, s := range []struct {
+		a Attr
+		m AttrMask
+	}{
+		{Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: AccessRemoteWrite}, AttrPKey | AttrPort | AttrAccessFlags},
+		{Attr{State: StateRTR, AV: av, PathMTU: MTU1024, DestQPN: dest, RQPSN: rqPSN}, AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN},
+		{Attr{State: StateRTS, SQPSN: sqPSN}, AttrSQPSN},
+	} {
+		if err := q.Modify(&s.a, AttrState|s.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, q
+}
+
+// TestGoldenUDReceive feeds rxe's ibv_ud_pingpong datagrams to a UD QP:
+// each lands after the 40-byte GRH area (20 zero bytes and the IPv4
+// header) with the sender's QP number, as ibv_ud_pingpong expects.
+func TestGoldenUDReceive(t *testing.T) {
+	c := loadCapture(t, "02_ud_pingpong.pcap")
+	var frames []*bth.Frame
+	var raws [][]byte
+	for i := range c.all {
+		if c.all[i].Opcode() == bth.UDSendOnly && c.fromClient[i] {
+			frames = append(frames, &c.all[i])
+		}
+	}
+	for i, b := range c.rawC {
+		if c.client[i].Opcode() == bth.UDSendOnly {
+			raws = append(raws, b)
+		}
+	}
+	if len(frames) == 0 {
+		t.Fatal("no UD SEND in the capture")
+	}
+	f0 := frames[0]
+	mem := newTestMem()
+	local := mem.add(localKey, localBase, 8192*len(frames), AccessLocalWrite)
+	out := &nullOut{}
+	e, _ := NewEngine(EngineConfig{Out: out, LocalIPs: []netip.Addr{f0.DstIP()}, PortMTU: MTU2048})
+	rcq := &testCQ{}
+	q, err := e.CreateQP(Config{Type: UD, QPN: f0.BTH.DestQP(), SendCQ: &testCQ{}, RecvCQ: rcq, Mem: mem, MaxRecvWR: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		a Attr
+		m AttrMask
+	}{{Attr{State: StateInit, PKey: 0xffff, Port: 1, QKey: f0.DETH.QKey()}, AttrPKey | AttrPort | AttrQKey}, {Attr{State: StateRTR}, 0}, {Attr{State: StateRTS, SQPSN: 1}, AttrSQPSN}} {
+		if err := q.Modify(&s.a, AttrState|s.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f0.DETH.QKey() != 0x11111111 {
+		t.Fatalf("ibv_ud_pingpong Q_Key %#x", f0.DETH.QKey())
+	}
+	for i := range frames {
+		if err := q.PostRecv(&RecvWR{ID: uint64(i), SGL: sge(localBase+uint64(i)*8192, 8192)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Input(raws, 0)
+	if len(rcq.wcs) != len(frames) {
+		t.Fatalf("%d receive completions for %d datagrams", len(rcq.wcs), len(frames))
+	}
+	for i, wc := range rcq.wcs {
+		f := frames[i]
+		buf := local.buf[i*8192:]
+		if wc.Status != WCSuccess || wc.ByteLen != uint32(40+len(f.Payload)) || wc.SrcQP != f.DETH.SrcQP() || wc.Flags&WCWithGRH == 0 {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+		if !bytes.Equal(buf[:20], make([]byte, 20)) || !bytes.Equal(buf[20:40], f.IPv4[:20]) || !bytes.Equal(buf[40:40+len(f.Payload)], f.Payload) {
+			t.Fatalf("datagram %d: GRH area or payload wrong", i)
+		}
+	}
+}
