@@ -40,7 +40,11 @@ type Engine struct {
 	list  []*QP
 	frame bth.Frame
 	now   time.Duration // time of the current Input or Poll
-	stats Stats
+	// QPs to visit at the next Poll, and the timers of the others.
+	ready, spare []*QP
+	timers       timerHeap
+	visits       uint64 // QPs polled, for tests
+	stats        Stats
 }
 
 // Stats are an engine's counters (safe to read from any goroutine).
@@ -100,23 +104,26 @@ type Config struct {
 
 // QP is a queue pair. It belongs to its Engine's owner goroutine.
 type QP struct {
-	e       *Engine
-	qpn     uint32
-	typ     Type
-	state   State
-	attr    Attr
-	mem     Memory
-	sendCQ  CQ
-	recvCQ  CQ
-	sigAll  bool
-	maxSGE  int
-	maxInl  int
-	mtu     uint32
-	sport   uint16
-	ff      bth.FrameFields // frame template from the address vector
-	blocked bool            // Output ran out of buffers during this Poll
-	scratch [8]byte
-	wc      WC // completion handed to a CQ
+	e         *Engine
+	qpn       uint32
+	typ       Type
+	state     State
+	attr      Attr
+	mem       Memory
+	sendCQ    CQ
+	recvCQ    CQ
+	sigAll    bool
+	maxSGE    int
+	maxInl    int
+	mtu       uint32
+	sport     uint16
+	ff        bth.FrameFields // frame template from the address vector
+	blocked   bool            // Output ran out of buffers during this Poll
+	woken     bool            // in the engine's ready list
+	destroyed bool
+	heapAt    time.Duration // earliest deadline of q in the engine's timer heap, Never if none
+	scratch   [8]byte
+	wc        WC // completion handed to a CQ
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
@@ -201,6 +208,7 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	h := fnv.New32a()
 	h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
 	q.sport = 0xC000 + uint16(h.Sum32()&0x3fff)
+	q.heapAt = Never
 	q.reset()
 	e.qps[cfg.QPN] = q
 	e.list = append(e.list, q)
@@ -220,6 +228,7 @@ func (q *QP) Destroy() {
 		}
 	}
 	q.state = StateReset
+	q.destroyed = true
 }
 
 // QPN returns the QP number.
@@ -309,7 +318,9 @@ func (e *Engine) accept(f *bth.Frame) bool {
 		e.stats.RxUnknownQP.Add(1)
 		return false
 	}
-	return q.input(f, op)
+	ok := q.input(f, op)
+	q.wake() // even a dropped response may have acknowledged something
+	return ok
 }
 
 func pkeyMatch(a, b uint16) bool {
@@ -352,20 +363,6 @@ func (q *QP) input(f *bth.Frame, op bth.Opcode) bool {
 
 func (q *QP) fromPeer(f *bth.Frame) bool {
 	return f.SrcIP().Unmap() == q.attr.AV.DstIP.Unmap() && f.DstIP().Unmap() == q.attr.AV.SrcIP.Unmap()
-}
-
-// Poll runs timers that expired by now, sends whatever is ready (requests,
-// responses, ACKs) as far as Output has buffers, and returns the time of the
-// next timer (Never if none). When Output ran out of buffers it returns now:
-// call Poll again once buffers are free.
-func (e *Engine) Poll(now time.Duration) time.Duration {
-	next := Never
-	for _, q := range e.list {
-		if d := q.poll(now); d < next {
-			next = d
-		}
-	}
-	return next
 }
 
 func (q *QP) poll(now time.Duration) time.Duration {

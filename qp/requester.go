@@ -111,6 +111,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if q.state == StateErr || q.state == StateSQE {
 		q.flushSQ()
 	}
+	q.wake()
 	return nil
 }
 

@@ -214,3 +214,35 @@ func TestAckCoalescingAndDuplicates(t *testing.T) {
 		t.Fatalf("no receive posted: responses %v, want RNR NAK (timer 3) for 504", resp)
 	}
 }
+
+// TestPollVisitsOnlyBusyQPs: with a thousand idle QPs, Poll visits only
+// the QPs that have work or a due timer.
+func TestPollVisitsOnlyBusyQPs(t *testing.T) {
+	v := newVictim(t)
+	for i := range 1000 {
+		q, err := v.e.CreateQP(Config{Type: RC, QPN: uint32(0x1000 + i), SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Mem: v.mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		walkAttrs(t, q, RC)
+	}
+	v.e.Poll(0)
+	v.e.visits = 0
+	if d := v.e.Poll(1); d != Never || v.e.visits != 0 {
+		t.Fatalf("idle Poll visited %d QPs, deadline %v", v.e.visits, d)
+	}
+	_ = v.good.PostSend(&SendWR{Opcode: WRSend, SGL: sge(localBase, 8)})
+	got := v.poll(2)
+	if len(got) != 1 || v.e.visits != 1 {
+		t.Fatalf("one SEND: %d frames, %d QPs visited", len(got), v.e.visits)
+	}
+	// Its retransmission timer brings it back, alone, when due.
+	to := v.good.ackTimeout()
+	v.e.visits = 0
+	if d := v.e.Poll(3); d != 2+to || v.e.visits != 0 {
+		t.Fatalf("deadline %v (want %v), %d visits", d, 2+to, v.e.visits)
+	}
+	if got := v.poll(2 + to); len(got) != 1 || v.e.visits != 1 {
+		t.Fatalf("timeout: %d frames, %d visits", len(got), v.e.visits)
+	}
+}

@@ -222,6 +222,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 	}
 	q.applyAttr(a, given)
 	q.attr.State = to
+	q.wake()
 	if from == to {
 		return nil
 	}
