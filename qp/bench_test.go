@@ -237,6 +237,7 @@ func BenchmarkResponderSend64(b *testing.B) {
 		if p.q[0].sqTail-p.q[0].sqHead == uint32(len(p.q[0].sq)) || len(p.out[0].q) >= n {
 			// Pretend everything was acknowledged so the requester goes on.
 			p.q[0].ackThrough(p.q[0].sentPSN.Sub(1))
+			p.q[0].wake()
 		}
 	}
 	p.e[0].Poll(0)
