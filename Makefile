@@ -28,7 +28,6 @@ deps: ## Install what the build and tests need (Go modules, tshark, iproute2, st
 		echo "apt-get install$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@modprobe sch_netem 2>/dev/null || true
 	$(GO) mod download
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
@@ -45,10 +44,10 @@ lint: ## gofmt, go vet and staticcheck; fails on any finding.
 
 .PHONY: test
 test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark).
-	$(GO) test -count=1 -timeout 20m $(PKGS)
-	$(GO) test -count=1 -race -timeout 10m ./link/... ./bth/...
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
-	@echo "benchmarks: smoke run ok"
+	@echo "benchmarks: each ran once, ok"
+	CGO_ENABLED=1 $(GO) test -count=1 -race -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/...
+	$(GO) test -count=1 -timeout 20m $(PKGS)
 
 .PHONY: test-short
 test-short: ## Unit tests only (no root needed; root-only tests skip).
@@ -69,7 +68,7 @@ bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print them.
 
 .PHONY: demo
 demo: deps build ## The main job: the xroce demo.
-	./$(BIN) dump testdata/pcaps/01_rc_pingpong.pcap
+	./$(BIN) dump bth/testdata/01_rc_pingpong.pcap
 
 .PHONY: clean
 clean: ## Remove build output.
