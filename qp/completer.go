@@ -122,9 +122,13 @@ func (q *QP) onProgress() {
 	q.onAck(q.e.now)
 }
 
-// implicitNak goes back to the oldest unacknowledged PSN once per gap.
+// implicitNak goes back to the oldest unacknowledged PSN once per gap;
+// like a PSN sequence NAK it spends a retry (as rxe does).
 func (q *QP) implicitNak() {
 	if q.rewound {
+		return
+	}
+	if !q.useRetry() {
 		return
 	}
 	q.rewound = true

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -244,5 +245,36 @@ func TestPollVisitsOnlyBusyQPs(t *testing.T) {
 	}
 	if got := v.poll(2 + to); len(got) != 1 || v.e.visits != 1 {
 		t.Fatalf("timeout: %d frames, %d visits", len(got), v.e.visits)
+	}
+}
+
+func TestImplicitNakReadRetry(t *testing.T) {
+	v, q := lone(t, nil)
+	if err := q.PostSend(&SendWR{ID: 7, Opcode: WRRDMARead, Flags: SendSignaled, SGL: sge(localBase, 3000), RemoteAddr: 0x5000, RKey: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.poll(0); len(got) != 1 || got[0].RETH.DMALen() != 3000 {
+		t.Fatalf("READ request: %v", got)
+	}
+	data := make([]byte, 3000)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	resp := func(op bth.Opcode, psn bth.PSN, p []byte) []byte {
+		return forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: op, DestQP: 0x201, PSN: psn}, AETH: bth.AETHFields{Syndrome: bth.SyndromeACKNoCredits}}, p)
+	}
+	// The MIDDLE response (PSN 10) is lost: the LAST is an implicit NAK.
+	got := v.input(resp(bth.RCReadResponseFirst, 9, data[:1024]), resp(bth.RCReadResponseLast, 11, data[2048:]))
+	if len(got) != 1 || got[0].Opcode() != bth.RCReadRequest || got[0].BTH.PSN() != 10 ||
+		got[0].RETH.VA() != 0x5000+1024 || got[0].RETH.DMALen() != 3000-1024 {
+		t.Fatalf("after a skipped READ response: %d frames, want one READ request for PSN 10 at +1024", len(got))
+	}
+	v.input(resp(bth.RCReadResponseFirst, 10, data[1024:2048]), resp(bth.RCReadResponseLast, 11, data[2048:]))
+	wcs := q.sendCQ.(*testCQ).wcs
+	if len(wcs) != 1 || wcs[0].Status != WCSuccess || wcs[0].ByteLen != 3000 || wcs[0].ID != 7 {
+		t.Fatalf("completions %+v", wcs)
+	}
+	if !bytes.Equal(v.mem.regions[localKey].buf[:3000], data) {
+		t.Fatal("READ data not placed in order")
 	}
 }
