@@ -206,6 +206,9 @@ func TestAdversarial(t *testing.T) {
 			if (v.bad.State() == StateErr) != c.err {
 				t.Fatalf("bad QP in %v", v.bad.State())
 			}
+			if c.err && (v.bad.Stats().ErrNaksTx.Load() != 1 || v.bad.Stats().ToError.Load() != 1 || v.good.Stats().ErrNaksTx.Load() != 0) {
+				t.Fatalf("per-QP counters: bad QP %d error NAKs, good QP %d", v.bad.Stats().ErrNaksTx.Load(), v.good.Stats().ErrNaksTx.Load())
+			}
 			for i, x := range v.rem.buf {
 				if x != 0 {
 					t.Fatalf("remote region byte %d = %#x: written", i, x)

@@ -192,7 +192,7 @@ func (q *QP) onAtomicAck(f *bth.Frame, psn bth.PSN) bool {
 // onRNRNak: the responder had no receive buffer for the message at psn.
 // Wait the RNR timer, then send again from psn, up to rnr_retry times.
 func (q *QP) onRNRNak(psn bth.PSN, syn bth.Syndrome) {
-	q.e.stats.RNRNaksRx.Add(1)
+	q.count(&q.e.stats.RNRNaksRx, &q.stats.RNRNaksRx)
 	q.ackBefore(psn)
 	if psn.Less(q.compPSN) || q.timer.rnrWait {
 		return
@@ -219,7 +219,7 @@ func (q *QP) onNak(psn bth.PSN, syn bth.Syndrome) {
 	}
 	switch syn {
 	case bth.NakPSNSeqError:
-		q.e.stats.SeqNaksRx.Add(1)
+		q.count(&q.e.stats.SeqNaksRx, &q.stats.SeqNaksRx)
 		if !q.nakAdvance(psn) {
 			return
 		}

@@ -47,7 +47,9 @@ type Engine struct {
 	stats        Stats
 }
 
-// Stats are an engine's counters (safe to read from any goroutine).
+// Stats are an engine's or a QP's counters (safe to read from any
+// goroutine). A QP counts what concerns it; the engine counts everything,
+// including frames that reach no QP.
 type Stats struct {
 	RxFrames    atomic.Uint64 // frames given to Input
 	RxDropped   atomic.Uint64 // frames dropped: malformed, bad ICRC, unknown QP, wrong address or key
@@ -124,6 +126,7 @@ type QP struct {
 	heapAt    time.Duration // earliest deadline of q in the engine's timer heap, Never if none
 	scratch   [8]byte
 	wc        WC // completion handed to a CQ
+	stats     Stats
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
@@ -231,6 +234,15 @@ func (q *QP) Destroy() {
 	q.destroyed = true
 }
 
+// Stats returns the QP's counters.
+func (q *QP) Stats() *Stats { return &q.stats }
+
+// count adds one to an engine counter and the QP's own.
+func (q *QP) count(engine, own *atomic.Uint64) {
+	engine.Add(1)
+	own.Add(1)
+}
+
 // QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
@@ -318,7 +330,11 @@ func (e *Engine) accept(f *bth.Frame) bool {
 		e.stats.RxUnknownQP.Add(1)
 		return false
 	}
+	q.stats.RxFrames.Add(1)
 	ok := q.input(f, op)
+	if !ok {
+		q.stats.RxDropped.Add(1)
+	}
 	q.wake() // even a dropped response may have acknowledged something
 	return ok
 }
@@ -385,7 +401,7 @@ func (q *QP) alloc() []byte {
 	b := q.e.out.Alloc()
 	if b == nil {
 		q.blocked = true
-		q.e.stats.TxNoBuffer.Add(1)
+		q.count(&q.e.stats.TxNoBuffer, &q.stats.TxNoBuffer)
 	}
 	return b
 }
@@ -409,5 +425,5 @@ func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) {
 		panic(fmt.Sprintf("qp %#x: build %v: %v", q.qpn, ff.BTH.Opcode, err))
 	}
 	q.e.out.Send(buf[:l])
-	q.e.stats.TxFrames.Add(1)
+	q.count(&q.e.stats.TxFrames, &q.stats.TxFrames)
 }

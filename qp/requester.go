@@ -378,7 +378,7 @@ func (q *QP) rewind(psn bth.PSN) {
 	if psn.Diff(q.reqPSN) > 0 {
 		return // already sending from an earlier PSN
 	}
-	q.e.stats.Retransmits.Add(1)
+	q.count(&q.e.stats.Retransmits, &q.stats.Retransmits)
 	for i := q.sqHead; i != q.sqTail; i++ {
 		w := q.sqAt(i)
 		if !w.started {

@@ -141,7 +141,7 @@ func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
 		// A gap: one NAK, then silence until the expected PSN comes.
 		if !q.nakSent {
 			q.nakSent = true
-			q.e.stats.SeqNaksTx.Add(1)
+			q.count(&q.e.stats.SeqNaksTx, &q.stats.SeqNaksTx)
 			q.sendAck(bth.NakPSNSeqError, q.ePSN)
 		}
 		return true
@@ -211,7 +211,7 @@ func (q *QP) payloadOK(op bth.Opcode, n int) bool {
 // fatalNak sends an error NAK for the expected PSN and moves the QP to ERR
 // (rxe's class C/D responder errors on RC).
 func (q *QP) fatalNak(syn bth.Syndrome) {
-	q.e.stats.ErrNaksTx.Add(1)
+	q.count(&q.e.stats.ErrNaksTx, &q.stats.ErrNaksTx)
 	q.sendAck(syn, q.ePSN)
 	q.toError()
 }
@@ -225,7 +225,7 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		if w == nil {
 			if reliable {
 				q.nakSent = true
-				q.e.stats.RNRNaksTx.Add(1)
+				q.count(&q.e.stats.RNRNaksTx, &q.stats.RNRNaksTx)
 				q.sendAck(bth.RNRNakSyndrome(q.attr.MinRNRTimer), q.ePSN)
 			}
 			return false
@@ -310,7 +310,7 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		if w == nil {
 			if reliable {
 				q.nakSent = true
-				q.e.stats.RNRNaksTx.Add(1)
+				q.count(&q.e.stats.RNRNaksTx, &q.stats.RNRNaksTx)
 				q.sendAck(bth.RNRNakSyndrome(q.attr.MinRNRTimer), q.ePSN)
 			} else {
 				q.in = inMsg{}
@@ -471,7 +471,7 @@ func (q *QP) startResponse(r *resource, psn bth.PSN) {
 // and WRITE are re-ACKed, READ and atomics replayed from the responder
 // resources (an atomic never runs twice).
 func (q *QP) duplicate(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
-	q.e.stats.Duplicates.Add(1)
+	q.count(&q.e.stats.Duplicates, &q.stats.Duplicates)
 	switch {
 	case op == bth.RCReadRequest:
 		if r := q.findResource(psn); r != nil && !r.atomic {

@@ -369,7 +369,7 @@ func (q *QP) toError() {
 	}
 	q.state = StateErr
 	q.attr.State = StateErr
-	q.e.stats.ToError.Add(1)
+	q.count(&q.e.stats.ToError, &q.stats.ToError)
 	q.flush()
 }
 

@@ -62,7 +62,7 @@ func (q *QP) runTimers(now time.Duration) {
 		if q.state != StateRTS && q.state != StateSQD || !q.outstanding() {
 			return
 		}
-		q.e.stats.Timeouts.Add(1)
+		q.count(&q.e.stats.Timeouts, &q.stats.Timeouts)
 		if !q.useRetry() {
 			return
 		}
