@@ -73,6 +73,10 @@ type Config struct {
 	// queueing discipline (PACKET_QDISC_BYPASS): faster, but the kernel
 	// then drops frames when the device queue is full.
 	QdiscBypass bool
+	// Outgoing makes Receive also return the RoCE v2 frames this host
+	// sends on the interface, as a capture tool wants; a link that
+	// transmits leaves it off so it does not read back its own frames.
+	Outgoing bool
 }
 
 // Defaults of Config's zero fields.

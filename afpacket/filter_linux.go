@@ -110,6 +110,10 @@ var roceFilter = [...]unix.SockFilter{
 	/* 31 */ {Code: bpfRetK, K: rejectAll},
 }
 
+// outgoingCheckLen is the number of instructions at the start of roceFilter
+// that reject outgoing frames.
+const outgoingCheckLen = 2
+
 // dropAllFilter rejects every packet: ListenDiscard's UDP socket uses it.
 var dropAllFilter = [...]unix.SockFilter{
 	{Code: bpfRetK, K: rejectAll},

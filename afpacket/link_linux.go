@@ -137,15 +137,23 @@ func Open(ifname string, cfg Config) (_ *Link, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: open %s: socket: %w", ifname, classify(err))
 	}
-	prog := unix.SockFprog{Len: uint16(len(roceFilter)), Filter: &roceFilter[0]}
+	// The filter's first two instructions reject outgoing frames; the
+	// rest, whose jumps only go forward, is the filter that keeps them.
+	filter := roceFilter[:]
+	if cfg.Outgoing {
+		filter = roceFilter[outgoingCheckLen:]
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	if err := unix.SetsockoptSockFprog(l.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
 		return nil, fmt.Errorf("afpacket: open %s: attach socket filter: %w", ifname, classify(err))
 	}
 	// Best effort: the filter rejects outgoing frames anyway, this only
 	// saves the kernel cloning them for us (Linux 4.20).
-	if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil &&
-		!errors.Is(err, unix.ENOPROTOOPT) {
-		return nil, fmt.Errorf("afpacket: open %s: PACKET_IGNORE_OUTGOING: %w", ifname, classify(err))
+	if !cfg.Outgoing {
+		if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil &&
+			!errors.Is(err, unix.ENOPROTOOPT) {
+			return nil, fmt.Errorf("afpacket: open %s: PACKET_IGNORE_OUTGOING: %w", ifname, classify(err))
+		}
 	}
 	if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
 		return nil, fmt.Errorf("afpacket: open %s: PACKET_AUXDATA: %w", ifname, classify(err))

@@ -756,3 +756,29 @@ func TestConcurrentClose(t *testing.T) {
 		}
 	}
 }
+
+// TestOutgoing checks Config.Outgoing: a capturing link on the sender sees
+// the RoCE frames the host sends (and still none of its other traffic),
+// while a plain link sees none of them.
+func TestOutgoing(t *testing.T) {
+	n := newTestNet(t, netns.Config{}, Config{})
+	capture := openT(t, n.pair.A, Config{Outgoing: true})
+	specs := []frameSpec{{size: 100, seed: 1}, {size: 300, ipv6: true, seed: 2}, {size: 200, dport: 4792, seed: 3}, {size: 1000, seed: 4}}
+	want := send(t, n.a, n.ab, specs)
+	got := receive(t, capture, -1, 200*time.Millisecond)
+	roce := [][]byte{want[0], want[1], want[3]} // not the one to port 4792
+	if len(got) != len(roce) {
+		t.Fatalf("capture saw %d outgoing frames, want %d", len(got), len(roce))
+	}
+	for i := range roce {
+		if !bytes.Equal(got[i], roce[i]) {
+			t.Errorf("captured frame %d:\n got %x\nwant %x", i, got[i], roce[i])
+		}
+	}
+	if extra := receive(t, n.a, -1, 50*time.Millisecond); len(extra) != 0 {
+		t.Errorf("the plain link on the sender received %d of its own frames", len(extra))
+	}
+	if got := receive(t, n.b, len(roce), time.Second); len(got) != len(roce) {
+		t.Errorf("the peer received %d frames, want %d", len(got), len(roce))
+	}
+}

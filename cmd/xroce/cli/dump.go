@@ -25,11 +25,18 @@ and whether the ICRC is right. Packets that are not RoCE v2 (not UDP port
 failures, and for each queue pair the PSN gaps and retransmissions seen.
 
 With -v every header field is printed, and the BTH and extension headers are
-drawn as the IBTA specification draws them, bit by bit.`
+drawn as the IBTA specification draws them, bit by bit.
+
+With -i, dump captures live through an AF_PACKET socket (root or CAP_NET_RAW)
+with a filter that keeps only RoCE v2 frames, sent and received. Frames that an
+AF_XDP program sends or receives on that host bypass the kernel's capture
+points and are not seen there: capture on the peer, or use the pcap that
+xroce's own commands write.`
 
 const dumpExamples = `  xroce dump bth/testdata/01_rc_pingpong.pcap
   xroce dump -v -c 3 capture.pcapng
-  xroce dump -x -q capture.pcap     # payload in hex, no summary`
+  xroce dump -q capture.pcap                  # the summary only
+  xroce dump -i eth0 -w roce.pcap             # live, until Ctrl-C; also saved for Wireshark`
 
 type dumpOptions struct {
 	verbose   bool
@@ -39,46 +46,64 @@ type dumpOptions struct {
 	noSummary bool
 }
 
-func runDump(_ context.Context, e *env, args []string) error {
+func runDump(ctx context.Context, e *env, args []string) error {
 	var o dumpOptions
-	fs := newFlagSet(e, "dump", "[flags] FILE", dumpAbout, dumpExamples)
+	var iface, write string
+	fs := newFlagSet(e, "dump", "[flags] FILE | -i INTERFACE [-w FILE]", dumpAbout, dumpExamples)
 	fs.BoolVar(&o.verbose, "v", false, "print every header field, with bit diagrams of the BTH and extension headers")
 	fs.BoolVar(&o.hexdump, "x", false, "print each packet's payload in hex")
 	fs.IntVar(&o.count, "c", 0, "stop after `N` RoCE packets (0: all)")
 	fs.BoolVar(&o.quiet, "q", false, "no per-packet lines: the summary only")
 	fs.BoolVar(&o.noSummary, "no-summary", false, "no summary at the end")
+	fs.StringVar(&iface, "i", "", "capture live from `INTERFACE` (AF_PACKET; RoCE v2 frames only, both directions) until Ctrl-C or -c")
+	fs.StringVar(&write, "w", "", "with -i: also write the captured frames to `FILE` (pcap)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
+	switch {
+	case o.count < 0:
+		return usagef("dump: -c must be 0 or more")
+	case iface != "" && len(pos) != 0:
+		return usagef("dump: give a capture file or -i INTERFACE, not both")
+	case iface == "" && write != "":
+		return usagef("dump: -w writes a live capture: use it with -i")
+	case iface == "" && len(pos) != 1:
 		fs.Usage()
 		return usagef("dump: want exactly one capture file, got %d", len(pos))
 	}
-	if o.count < 0 {
-		return usagef("dump: -c must be 0 or more")
+	d := newDumper(e.stdout, o)
+	name := iface
+	if iface != "" {
+		err = d.live(ctx, iface, write)
+	} else {
+		name = pos[0]
+		err = d.file(pos[0])
 	}
-	f, err := os.Open(pos[0])
+	if !o.noSummary && (err == nil || d.packets > 0) {
+		d.summary()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if d.icrcBad > 0 || d.malformed > 0 {
+		return fmt.Errorf("%s: %d packets with a bad ICRC, %d malformed", name, d.icrcBad, d.malformed)
+	}
+	return nil
+}
+
+// file decodes a capture file.
+func (d *dumper) file(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	src, err := openCapture(f)
 	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
+		return err
 	}
-	d := newDumper(e.stdout, o)
-	err = d.run(src)
-	if !o.noSummary {
-		d.summary()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
-	}
-	if d.icrcBad > 0 || d.malformed > 0 {
-		return fmt.Errorf("%s: %d packets with a bad ICRC, %d malformed", pos[0], d.icrcBad, d.malformed)
-	}
-	return nil
+	return d.run(src)
 }
 
 // flowKey names one direction of one queue pair: packets from src to dst
@@ -121,7 +146,7 @@ func newDumper(w io.Writer, o dumpOptions) *dumper {
 }
 
 func (d *dumper) run(src *packetSource) error {
-	for d.o.count == 0 || d.roce < d.o.count {
+	for !d.done() {
 		frame, ci, err := src.Next()
 		if err == io.EOF {
 			return nil
@@ -129,40 +154,49 @@ func (d *dumper) run(src *packetSource) error {
 		if err != nil {
 			return err
 		}
-		d.packets++
-		if d.packets == 1 {
-			d.t0 = ci.Timestamp
-		}
-		ts := relTime(d.t0, ci.Timestamp)
-		if frame == nil || !looksRoCE(frame) {
-			d.other++
-			continue
-		}
-		d.roce++
-		if err := d.f.Decode(frame); err != nil {
-			d.malformed++
-			if !d.o.quiet {
-				fmt.Fprintf(d.w, "%6d %s malformed RoCE v2 packet: %v\n", d.packets, ts, err)
-			}
-			continue
-		}
-		ok := d.f.VerifyICRC()
-		if !ok {
-			d.icrcBad++
-		}
-		d.account()
-		if d.o.quiet {
-			continue
-		}
-		d.line(ts, ok)
-		if d.o.verbose {
-			d.detail(ok)
-		}
-		if d.o.hexdump && len(d.f.Payload) > 0 {
-			fmt.Fprint(d.w, indent(hex.Dump(d.f.Payload), "        "))
-		}
+		d.packet(frame, ci.Timestamp)
 	}
 	return nil
+}
+
+// done reports whether -c packets have been decoded.
+func (d *dumper) done() bool { return d.o.count > 0 && d.roce >= d.o.count }
+
+// packet decodes, accounts for and prints one frame (nil for a packet of a
+// link type that cannot carry RoCE).
+func (d *dumper) packet(frame []byte, t time.Time) {
+	d.packets++
+	if d.packets == 1 {
+		d.t0 = t
+	}
+	ts := relTime(d.t0, t)
+	if frame == nil || !looksRoCE(frame) {
+		d.other++
+		return
+	}
+	d.roce++
+	if err := d.f.Decode(frame); err != nil {
+		d.malformed++
+		if !d.o.quiet {
+			fmt.Fprintf(d.w, "%6d %s malformed RoCE v2 packet: %v\n", d.packets, ts, err)
+		}
+		return
+	}
+	ok := d.f.VerifyICRC()
+	if !ok {
+		d.icrcBad++
+	}
+	d.account()
+	if d.o.quiet {
+		return
+	}
+	d.line(ts, ok)
+	if d.o.verbose {
+		d.detail(ok)
+	}
+	if d.o.hexdump && len(d.f.Payload) > 0 {
+		fmt.Fprint(d.w, indent(hex.Dump(d.f.Payload), "        "))
+	}
 }
 
 // looksRoCE reports whether a frame is addressed to UDP port 4791, reading

@@ -313,6 +313,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"dump", "-z", "x"}, 2, "flag provided but not defined: -z"},
 		{[]string{"dump", "-c", "-1", "x"}, 2, "-c must be 0 or more"},
 		{[]string{"dump", "a", "b"}, 2, "got 2"},
+		{[]string{"dump", "-w", "out.pcap", "x.pcap"}, 2, "use it with -i"},
+		{[]string{"dump", "-i", "eth0", "x.pcap"}, 2, "not both"},
+		{[]string{"dump", "-i", "nosuchif0"}, 1, "no such network interface"},
 	} {
 		_, _, err := run(t, tc.args...)
 		if ExitCode(err) != tc.code || err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/xroce/xroce/afpacket"
+)
+
+// live captures RoCE v2 frames from an interface until ctx ends or -c
+// packets were decoded, writing them to a pcap file when write is set.
+func (d *dumper) live(ctx context.Context, iface, write string) (err error) {
+	l, err := afpacket.Open(iface, afpacket.Config{Outgoing: true, TxFrames: 1, RxFrames: 256})
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	defer l.Close()
+	var pw *pcapgo.Writer
+	if write != "" {
+		f, err := os.Create(write)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := f.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+		}()
+		pw = pcapgo.NewWriterNanos(f)
+		if err := pw.WriteFileHeader(uint32(l.Info().MaxFrame), layers.LinkTypeEthernet); err != nil {
+			return fmt.Errorf("write %s: %w", write, err)
+		}
+	}
+	if !d.o.quiet {
+		fmt.Fprintf(d.w, "capturing RoCE v2 on %s (%s); Ctrl-C to stop\n", iface, l.Info().MAC)
+	}
+	bufs := make([][]byte, 64)
+	stop := context.AfterFunc(ctx, l.Wakeup)
+	defer stop()
+	for !d.done() && ctx.Err() == nil {
+		n, err := l.Receive(bufs, -1)
+		if err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+		now := time.Now()
+		for _, b := range bufs[:n] {
+			if d.done() {
+				break
+			}
+			if pw != nil {
+				ci := gopacket.CaptureInfo{Timestamp: now, CaptureLength: len(b), Length: len(b)}
+				if err := pw.WritePacket(ci, b); err != nil {
+					l.Release(bufs[:n])
+					return fmt.Errorf("write %s: %w", write, err)
+				}
+			}
+			d.packet(b, now)
+		}
+		l.Release(bufs[:n])
+	}
+	return nil
+}
