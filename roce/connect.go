@@ -1,0 +1,132 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/xroce/xroce/bth"
+)
+
+// Endpoint is what each side of a connection tells the other: enough to
+// bring a QP to RTS towards it, and optionally a memory region to use.
+type Endpoint struct {
+	LID  uint16     // 0 on RoCE
+	QPN  uint32     // 24-bit QP number
+	PSN  uint32     // 24-bit first PSN the side sends
+	GID  netip.Addr // the side's GID (IPv4-mapped or IPv6)
+	MTU  MTU        // the side's active MTU; 0 means unknown (1024 assumed)
+	RKey uint32     // optional remote key
+	Addr uint64     // optional remote address
+	QKey uint32     // UD Q_Key
+}
+
+// ConnectOptions are the attributes Connect sets. Zero values mean the
+// defaults of ibv_rc_pingpong.
+type ConnectOptions struct {
+	GIDIndex    int    // local GID used as source; 0 means the first IPv4-mapped one, else the link-local
+	Access      Access // remote operations allowed to the peer; 0 means remote read, write and atomic
+	Timeout     int    // local ACK timeout, 4.096 µs × 2^Timeout; 0 means 14 (67 ms), < 0 means wait forever
+	RetryCnt    int    // 0 means 7 (forever, as rxe); < 0 means no retry
+	RNRRetry    int    // 0 means 7 (forever); < 0 means no retry
+	MinRNRTimer uint8  // RNR timer code sent in RNR NAKs; 0 means 12 (0.64 ms)
+	MaxRdAtomic uint8  // READs and atomics outstanding, both ways; 0 means 16
+	QKey        uint32 // UD Q_Key; 0 means 0x11111111
+}
+
+func (o ConnectOptions) withDefaults() ConnectOptions {
+	if o.Access == 0 {
+		o.Access = AccessRemoteRead | AccessRemoteWrite | AccessRemoteAtomic | AccessLocalWrite
+	}
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	o.Timeout, o.RetryCnt, o.RNRRetry = pick(o.Timeout, 14), pick(o.RetryCnt, 7), pick(o.RNRRetry, 7)
+	if o.MinRNRTimer == 0 {
+		o.MinRNRTimer = 12
+	}
+	if o.MaxRdAtomic == 0 {
+		o.MaxRdAtomic = 16
+	}
+	if o.QKey == 0 {
+		o.QKey = 0x11111111
+	}
+	return o
+}
+
+// LocalEndpoint describes q for its peer: QPN, the given first PSN, the
+// GID opts.GIDIndex selects and the active MTU.
+func (q *QP) LocalEndpoint(psn uint32, opts ConnectOptions) (Endpoint, error) {
+	gid, err := q.w.d.sourceGID(opts.GIDIndex)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return Endpoint{QPN: q.qpn, PSN: psn & bth.PSNMask, GID: gid, MTU: q.w.d.info.ActiveMTU}, nil
+}
+
+func (d *Device) sourceGID(i int) (netip.Addr, error) {
+	if i != 0 {
+		return d.GID(i)
+	}
+	for _, g := range d.gids {
+		if g.Is4In6() {
+			return g, nil
+		}
+	}
+	return d.GID(0)
+}
+
+// Connect moves q from RESET to RTS towards remote (RC and UC), or to RTS
+// for UD (remote is not used then but for the Q_Key), resolving the peer's
+// MAC with Resolve. local is what was sent to the peer (its PSN is the
+// first PSN q sends). The path MTU is the smaller of both sides' MTUs.
+func (q *QP) Connect(ctx context.Context, local, remote Endpoint, opts ConnectOptions) error {
+	o := opts.withDefaults()
+	init := Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: o.Access, QKey: o.QKey}
+	if q.Type() == UD {
+		if err := q.Modify(&init, AttrState|AttrPKey|AttrPort|AttrQKey); err != nil {
+			return err
+		}
+		if err := q.Modify(&Attr{State: StateRTR}, AttrState); err != nil {
+			return err
+		}
+		return q.Modify(&Attr{State: StateRTS, SQPSN: bth.PSN(local.PSN & bth.PSNMask)}, AttrState|AttrSQPSN)
+	}
+	av, err := q.w.d.Resolve(ctx, remote.GID)
+	if err != nil {
+		return fmt.Errorf("connect qp %#x: %w", q.qpn, err)
+	}
+	mtu := q.w.d.info.ActiveMTU
+	if remote.MTU != 0 && remote.MTU < mtu {
+		mtu = remote.MTU
+	}
+	if err := q.Modify(&init, AttrState|AttrPKey|AttrPort|AttrAccessFlags); err != nil {
+		return err
+	}
+	rtr := Attr{
+		State: StateRTR, AV: av, PathMTU: mtu, DestQPN: remote.QPN, RQPSN: bth.PSN(remote.PSN & bth.PSNMask),
+		MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer,
+	}
+	mask := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+	if q.Type() == RC {
+		mask |= AttrMaxDestRdAtomic | AttrMinRNRTimer
+	}
+	if err := q.Modify(&rtr, mask); err != nil {
+		return err
+	}
+	rts := Attr{
+		State: StateRTS, SQPSN: bth.PSN(local.PSN & bth.PSNMask), Timeout: uint8(o.Timeout),
+		RetryCnt: uint8(o.RetryCnt), RNRRetry: uint8(o.RNRRetry), MaxRdAtomic: o.MaxRdAtomic,
+	}
+	mask = AttrState | AttrSQPSN
+	if q.Type() == RC {
+		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic
+	}
+	return q.Modify(&rts, mask)
+}

@@ -1,0 +1,437 @@
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xroce/xroce/afpacket"
+	"github.com/xroce/xroce/link"
+	"github.com/xroce/xroce/qp"
+	"github.com/xroce/xroce/xdp"
+)
+
+// Sentinel errors; errors.Is finds them in the errors this package returns.
+var (
+	// ErrClosed: the device (or the object's device) was closed.
+	ErrClosed = errors.New("roce: device closed")
+	// ErrDestroyed: the QP, SRQ, CQ or PD was destroyed.
+	ErrDestroyed = errors.New("roce: object destroyed")
+	// ErrBusy: the object is still in use (an MR referenced by outstanding
+	// work requests, a CQ or SRQ used by a QP, a PD with QPs or MRs).
+	ErrBusy = errors.New("roce: resource in use")
+	// ErrInvalid: an argument is out of range or of the wrong device.
+	ErrInvalid = errors.New("roce: invalid argument")
+	// ErrPin: the memory of a region could not be locked (mlock); raise
+	// RLIMIT_MEMLOCK or grant CAP_IPC_LOCK, or set Config.NoPin.
+	ErrPin = errors.New("roce: cannot pin memory region (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK)")
+	// ErrNoDatapath: neither AF_XDP nor AF_PACKET could be opened.
+	ErrNoDatapath = errors.New("roce: no datapath available (AF_XDP and AF_PACKET both failed)")
+	// ErrUnreachable: address resolution found no route or no neighbour.
+	ErrUnreachable = errors.New("roce: peer unreachable")
+	// ErrCQOverflow: a completion queue was full and a completion was lost.
+	ErrCQOverflow = errors.New("roce: completion queue overflow")
+)
+
+// Datapath values for Config.Datapath and Info.Datapath.
+const (
+	DatapathAuto     = ""          // AF_XDP if available, else AF_PACKET
+	DatapathXDP      = "af_xdp"    // AF_XDP sockets (package xdp)
+	DatapathAFPacket = "af_packet" // AF_PACKET socket (package afpacket)
+	DatapathLinks    = "links"     // links given to NewDevice (a pipe in tests)
+)
+
+// Config configures Open and NewDevice. The zero value gives the defaults.
+type Config struct {
+	// Datapath is DatapathAuto (default), DatapathXDP or DatapathAFPacket
+	// (Open only).
+	Datapath string
+	// Queues is the number of NIC queues, one worker goroutine each (Open
+	// only). 0 means the interface's receive queues (at most 64). AF_PACKET
+	// always uses one.
+	Queues int
+	// XDP configures the AF_XDP sockets; Queues is filled in by Open. Set
+	// XDP.Steering to supply your own attached XDP program (for example to
+	// inject loss with bpf.Program.SetLoss).
+	XDP xdp.Config
+	// AFPacket configures the AF_PACKET fallback.
+	AFPacket afpacket.Config
+
+	// BusyPoll makes the workers spin on their links instead of sleeping
+	// in Receive: lowest latency, one core per worker at 100%. Default:
+	// blocking mode.
+	BusyPoll bool
+	// Batch is the most frames a worker receives at once; 0 means 64.
+	Batch int
+	// MaxMR is the number of memory region slots (keys) of the device; 0
+	// means 4096, at most 1<<24.
+	MaxMR int
+	// NoPin registers memory regions without mlock.
+	NoPin bool
+	// Forward is the number of frames a worker can hold for another
+	// worker (frames that arrive on one queue for a QP of another);
+	// 0 means 1024.
+	Forward int
+
+	// Addrs are the device's IP addresses (its GIDs after the link-local
+	// one). Open reads them from the interface when this is empty;
+	// NewDevice needs them.
+	Addrs []netip.Addr
+	// Neighbors are static IP → MAC entries that Resolve consults first.
+	// NewDevice has only these.
+	Neighbors map[netip.Addr]net.HardwareAddr
+	// ResolveTimeout bounds Resolve's wait for ARP/NDP; 0 means 3 s.
+	ResolveTimeout time.Duration
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Batch == 0 {
+		c.Batch = 64
+	}
+	if c.MaxMR == 0 {
+		c.MaxMR = 4096
+	}
+	if c.Forward == 0 {
+		c.Forward = 1024
+	}
+	if c.ResolveTimeout == 0 {
+		c.ResolveTimeout = 3 * time.Second
+	}
+	switch {
+	case c.Batch < 1 || c.Batch > 4096:
+		return c, fmt.Errorf("config: batch %d out of range 1..4096: %w", c.Batch, ErrInvalid)
+	case c.MaxMR < 1 || c.MaxMR > 1<<24-1:
+		return c, fmt.Errorf("config: MaxMR %d out of range: %w", c.MaxMR, ErrInvalid)
+	case c.Queues < 0 || c.Queues > 64:
+		return c, fmt.Errorf("config: %d queues: %w", c.Queues, ErrInvalid)
+	case c.Forward < 1:
+		return c, fmt.Errorf("config: forward %d: %w", c.Forward, ErrInvalid)
+	}
+	switch c.Datapath {
+	case DatapathAuto, DatapathXDP, DatapathAFPacket:
+	default:
+		return c, fmt.Errorf("config: unknown datapath %q: %w", c.Datapath, ErrInvalid)
+	}
+	return c, nil
+}
+
+// Info describes an open device.
+type Info struct {
+	Name      string           // interface (or first link) name
+	Index     int              // interface index, 0 for links
+	MAC       net.HardwareAddr // Ethernet address
+	MTU       int              // interface MTU (IP packet size)
+	ActiveMTU MTU              // the port's RoCE MTU: MTU − 80 rounded down, as rxe (1500 → 1024)
+	Datapath  string           // DatapathXDP, DatapathAFPacket or DatapathLinks
+	Mode      string           // link mode: "copy" or "zero-copy" for AF_XDP
+	Attach    string           // XDP attach mode: "driver", "generic", "" if the caller's program
+	Queues    int              // workers, one per link
+	BusyPoll  bool
+	// Fallback says why AF_XDP was not used when Open fell back to AF_PACKET.
+	Fallback string
+}
+
+// Device is a RoCE v2 device over one network interface (or a set of links):
+// one worker goroutine per link runs the transport of the QPs sharded to
+// it. All its methods, and those of the objects made from it, are safe for
+// concurrent use.
+type Device struct {
+	cfg     Config
+	info    Info
+	gids    []netip.Addr
+	local   []netip.Addr
+	epoch   time.Time
+	workers []*worker
+	closer  io.Closer // the xdp.Device or links to close after the workers stop
+	res     resolver
+	mrs     mrTable
+	events  chan Event
+	done    chan struct{} // closed by Close
+
+	eventsDropped atomic.Uint64
+
+	// mu guards closed, nextQPN, rr and the object sets.
+	mu      sync.Mutex
+	closed  bool
+	nextQPN uint32 // next QPN to try, 24-bit
+	rr      int    // round-robin worker for new QPs
+	pds     map[*PD]struct{}
+	cqs     map[*CQ]struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// linksCloser closes a set of links.
+type linksCloser []link.Link
+
+func (l linksCloser) Close() error {
+	var errs []error
+	for _, x := range l {
+		errs = append(errs, x.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NewDevice makes a device over the given links, one worker each: for
+// tests and simulations (link.NewPipe) or datapaths opened by the caller.
+// cfg.Addrs must name the device's IP addresses. The device owns the links
+// and closes them on Close, also when NewDevice fails.
+func NewDevice(links []link.Link, cfg Config) (*Device, error) {
+	d, err := newDevice(links, linksCloser(links), cfg, DatapathLinks)
+	if err != nil {
+		linksCloser(links).Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// activeMTU is the largest IB MTU not above the interface MTU minus 80
+// (rxe's rule) whose frames fit maxFrame.
+func activeMTU(mtu, maxFrame int) MTU {
+	for m := MTU4096; m >= MTU256; m-- {
+		if m.Bytes() <= mtu-80 && qp.MaxFrameLen(m) <= maxFrame {
+			return m
+		}
+	}
+	return 0
+}
+
+// newDevice starts the workers over links; on error the caller closes closer.
+func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string) (*Device, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("roce: %w", err)
+	}
+	if len(links) == 0 || len(links) > 64 {
+		return nil, fmt.Errorf("roce: %d links: %w", len(links), ErrInvalid)
+	}
+	li := links[0].Info()
+	am := activeMTU(li.MTU, li.MaxFrame)
+	if am == 0 {
+		return nil, fmt.Errorf("roce: link MTU %d too small for RoCE: %w", li.MTU, ErrInvalid)
+	}
+	d := &Device{
+		cfg:     cfg,
+		epoch:   time.Now(),
+		closer:  closer,
+		events:  make(chan Event, 256),
+		done:    make(chan struct{}),
+		nextQPN: 0x11,
+		pds:     make(map[*PD]struct{}),
+		cqs:     make(map[*CQ]struct{}),
+		info: Info{
+			Name: li.Name, Index: li.Index, MAC: li.MAC, MTU: li.MTU, ActiveMTU: am,
+			Datapath: datapath, Mode: li.Mode, Queues: len(links), BusyPoll: cfg.BusyPoll,
+		},
+	}
+	d.mrs.init(cfg.MaxMR, cfg.NoPin)
+	d.gids = gidTable(li.MAC, cfg.Addrs)
+	for _, g := range d.gids {
+		d.local = append(d.local, g.Unmap())
+	}
+	d.res.static = cfg.Neighbors
+	for i, l := range links {
+		w, err := newWorker(d, i, l, len(links))
+		if err != nil {
+			return nil, err
+		}
+		d.workers = append(d.workers, w)
+	}
+	for _, w := range d.workers {
+		go w.run()
+	}
+	return d, nil
+}
+
+// gidTable builds the GID table as rxe does: index 0 is the link-local
+// fe80::/64 address made from the MAC (EUI-64), then each address, IPv4 ones
+// as IPv4-mapped IPv6 (::ffff:a.b.c.d), without repeats.
+func gidTable(mac net.HardwareAddr, addrs []netip.Addr) []netip.Addr {
+	var gids []netip.Addr
+	if len(mac) == 6 {
+		var b [16]byte
+		b[0], b[1] = 0xfe, 0x80
+		b[8], b[9], b[10] = mac[0]^2, mac[1], mac[2]
+		b[11], b[12] = 0xff, 0xfe
+		b[13], b[14], b[15] = mac[3], mac[4], mac[5]
+		gids = append(gids, netip.AddrFrom16(b))
+	}
+	for _, a := range addrs {
+		g := netip.AddrFrom16(a.WithZone("").As16())
+		dup := false
+		for _, x := range gids {
+			dup = dup || x == g
+		}
+		if !dup && a.IsValid() {
+			gids = append(gids, g)
+		}
+	}
+	return gids
+}
+
+// Info describes the device and the datapath it got.
+func (d *Device) Info() Info { return d.info }
+
+// GIDs returns the GID table: 16-byte addresses, index 0 the link-local one.
+func (d *Device) GIDs() []netip.Addr { return append([]netip.Addr(nil), d.gids...) }
+
+// GID returns the GID at index i.
+func (d *Device) GID(i int) (netip.Addr, error) {
+	if i < 0 || i >= len(d.gids) {
+		return netip.Addr{}, fmt.Errorf("roce: gid index %d of %d: %w", i, len(d.gids), ErrInvalid)
+	}
+	return d.gids[i], nil
+}
+
+// now is the device's monotonic clock for the engines.
+func (d *Device) now() time.Duration { return time.Since(d.epoch) }
+
+// EventType is the kind of an asynchronous event.
+type EventType uint8
+
+// Asynchronous events (after ibv_event_type).
+const (
+	EventCQError         EventType = iota + 1 // a CQ overflowed; completions were lost
+	EventQPFatal                              // a QP went to ERR because of an error
+	EventSRQLimitReached                      // an SRQ fell below its armed limit
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventCQError:
+		return "CQ_ERR"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// Event is an asynchronous event (ibv_async_event).
+type Event struct {
+	Type EventType
+	QPN  uint32 // EventQPFatal
+	CQ   *CQ    // EventCQError
+	SRQ  *SRQ   // EventSRQLimitReached
+}
+
+// Events returns the channel of asynchronous events. It is buffered; when
+// nobody reads it and it is full, further events are counted in
+// Stats().EventsDropped.
+func (d *Device) Events() <-chan Event { return d.events }
+
+func (d *Device) event(e Event) {
+	select {
+	case d.events <- e:
+	default:
+		d.eventsDropped.Add(1)
+	}
+}
+
+// Stats are a device's counters, summed over its workers.
+type Stats struct {
+	RxFrames, TxFrames         uint64 // frames into and out of the engines
+	RxDropped                  uint64 // frames the engines dropped (malformed, bad ICRC, unknown QP, wrong address)
+	RxBadICRC, RxUnknownQP     uint64
+	TxNoBuffer                 uint64 // the link had no transmit buffer
+	Retransmits, Timeouts      uint64
+	RNRNaksRx, RNRNaksTx       uint64
+	SeqNaksRx, SeqNaksTx       uint64
+	ErrNaksTx                  uint64
+	Duplicates                 uint64
+	ToError                    uint64 // QPs moved to ERR by an error
+	Forwarded                  uint64 // frames handed from one worker to another
+	ForwardDropped             uint64 // frames lost because the other worker's queue was full
+	TxDropped                  uint64 // frames the links could not send
+	EventsDropped              uint64
+	LinkErrors                 uint64 // Receive errors other than a closed link
+	Links                      []link.Stats
+	Batches                    uint64 // worker loop iterations that found work
+	CQOverflows                uint64
+	MRs                        int // registered memory regions
+	PinnedPages                int
+	LinkRxFrames, LinkTxFrames uint64 // frames the links moved
+}
+
+// Stats returns a snapshot of the device's counters.
+func (d *Device) Stats() Stats {
+	var s Stats
+	for _, w := range d.workers {
+		e := w.eng.Stats()
+		s.RxFrames += e.RxFrames.Load()
+		s.TxFrames += e.TxFrames.Load()
+		s.RxDropped += e.RxDropped.Load()
+		s.RxBadICRC += e.RxBadICRC.Load()
+		s.RxUnknownQP += e.RxUnknownQP.Load()
+		s.TxNoBuffer += e.TxNoBuffer.Load()
+		s.Retransmits += e.Retransmits.Load()
+		s.Timeouts += e.Timeouts.Load()
+		s.RNRNaksRx += e.RNRNaksRx.Load()
+		s.RNRNaksTx += e.RNRNaksTx.Load()
+		s.SeqNaksRx += e.SeqNaksRx.Load()
+		s.SeqNaksTx += e.SeqNaksTx.Load()
+		s.ErrNaksTx += e.ErrNaksTx.Load()
+		s.Duplicates += e.Duplicates.Load()
+		s.ToError += e.ToError.Load()
+		s.Forwarded += w.forwarded.Load()
+		s.ForwardDropped += w.fwdDropped.Load()
+		s.TxDropped += w.txDropped.Load()
+		s.Batches += w.batches.Load()
+		s.LinkErrors += w.linkErrors.Load()
+		ls := w.link.Stats()
+		s.Links = append(s.Links, ls)
+		s.LinkRxFrames += ls.RxFrames
+		s.LinkTxFrames += ls.TxFrames
+	}
+	s.EventsDropped = d.eventsDropped.Load()
+	d.mu.Lock()
+	for c := range d.cqs {
+		s.CQOverflows += c.overflows.Load()
+	}
+	d.mu.Unlock()
+	s.MRs, s.PinnedPages = d.mrs.counts()
+	return s
+}
+
+// Close stops the device: every QP is moved to ERR, so that its
+// outstanding work requests complete with WR_FLUSH_ERR on their CQs, the
+// workers stop, the links (and the XDP program Open attached) are closed and
+// every memory region is unpinned. Objects of the device return ErrClosed
+// afterwards; CQs can still be polled for the flushed completions. Close is
+// idempotent.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		close(d.done)
+		for _, w := range d.workers {
+			w.shutdown()
+		}
+		var errs []error
+		if d.closer != nil {
+			errs = append(errs, d.closer.Close())
+		}
+		d.mrs.closeAll()
+		errs = append(errs, d.res.close())
+		d.closeErr = errors.Join(errs...)
+		if d.closeErr != nil {
+			d.closeErr = fmt.Errorf("roce: close: %w", d.closeErr)
+		}
+	})
+	return d.closeErr
+}
+
+// isClosed reports whether Close has begun.
+func (d *Device) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}

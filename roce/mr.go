@@ -1,0 +1,303 @@
+package roce
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// PD is a protection domain: memory regions and queue pairs of one PD can
+// reach each other, no others. Its methods are safe for concurrent use.
+type PD struct {
+	d *Device
+
+	// mu guards nqp, nmr and dead.
+	mu   sync.Mutex
+	nqp  int
+	nmr  int
+	dead bool
+}
+
+// AllocPD returns a new protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("alloc pd: %w", ErrClosed)
+	}
+	pd := &PD{d: d}
+	d.pds[pd] = struct{}{}
+	return pd, nil
+}
+
+// Dealloc frees the PD (ibv_dealloc_pd); it fails with ErrBusy while QPs or
+// memory regions of the PD exist. It is idempotent.
+func (pd *PD) Dealloc() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return nil
+	}
+	if pd.nqp > 0 || pd.nmr > 0 {
+		return fmt.Errorf("dealloc pd: %d QPs and %d MRs: %w", pd.nqp, pd.nmr, ErrBusy)
+	}
+	pd.dead = true
+	pd.d.mu.Lock()
+	delete(pd.d.pds, pd)
+	pd.d.mu.Unlock()
+	return nil
+}
+
+// Device returns the PD's device.
+func (pd *PD) Device() *Device { return pd.d }
+
+// MR is a registered memory region: a Go byte slice (or mmap'd memory)
+// pinned in RAM for the region's lifetime, named by its keys. Work requests
+// address it with SGE{Addr: mr.Addr()+offset, LKey: mr.LKey()}, peers with
+// (mr.Addr()+offset, mr.RKey()). Its methods are safe for concurrent use.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	key    uint32
+	access Access
+	slot   uint32
+
+	inflight atomic.Int64 // outstanding work requests' references (SGEs)
+	refs     int          // registrations sharing the region (the cache); guarded by mrTable.mu
+	dead     bool         // guarded by mrTable.mu
+}
+
+// Addr returns the region's virtual address: the address of its first byte.
+func (m *MR) Addr() uint64 { return m.addr }
+
+// Len returns the region's length in bytes.
+func (m *MR) Len() int { return len(m.buf) }
+
+// Bytes returns the registered memory.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// LKey returns the local key: slot index << 8 | an 8-bit key that changes
+// each time the slot is registered again.
+func (m *MR) LKey() uint32 { return m.key }
+
+// RKey returns the remote key (equal to the local key, as rxe).
+func (m *MR) RKey() uint32 { return m.key }
+
+// Access returns the region's access rights.
+func (m *MR) Access() Access { return m.access }
+
+// SGE returns a scatter/gather element of n bytes at offset off of the region.
+func (m *MR) SGE(off, n int) SGE {
+	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
+}
+
+// contains reports whether [addr, addr+n) is inside the region.
+func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
+	if addr < m.addr {
+		return nil, false
+	}
+	off := addr - m.addr
+	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(n) : off+uint64(n)], true
+}
+
+// mrTable holds a device's memory regions by slot, for lock-free lookup by
+// the workers, and the registration cache.
+type mrTable struct {
+	slots []atomic.Pointer[MR]
+	noPin bool
+
+	// mu guards gen, free, cache, the MRs' refs and dead, and pins.
+	mu    sync.Mutex
+	gen   []uint8
+	free  []uint32
+	cache map[mrCacheKey]*MR
+	pins  pinSet
+}
+
+type mrCacheKey struct {
+	pd     *PD
+	addr   uint64
+	n      int
+	access Access
+}
+
+func (t *mrTable) init(n int, noPin bool) {
+	t.slots = make([]atomic.Pointer[MR], n+1)
+	t.gen = make([]uint8, n+1)
+	t.noPin = noPin
+	t.cache = make(map[mrCacheKey]*MR)
+	t.pins.pages = make(map[uintptr]int)
+	for i := n; i >= 1; i-- { // slot 0 is never used: key 0 is invalid
+		t.free = append(t.free, uint32(i))
+	}
+}
+
+// lookup returns the live region key names, or nil.
+func (t *mrTable) lookup(key uint32) *MR {
+	i := key >> 8
+	if i == 0 || int(i) >= len(t.slots) {
+		return nil
+	}
+	m := t.slots[i].Load()
+	if m == nil || m.key != key {
+		return nil
+	}
+	return m
+}
+
+func (t *mrTable) counts() (mrs, pages int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.slots) - 1 - len(t.free), len(t.pins.pages)
+}
+
+// validAccess are the access flags a region may have.
+const validAccess = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+// RegMR registers buf with the given access rights (ibv_reg_mr) and pins
+// it (mlock) until the region is deregistered. Registering the same buffer
+// with the same rights again, while it is registered, is a cache hit: it
+// returns the same region (same keys) and counts one more registration, to
+// be matched by one more Dereg. As verbs requires, remote write and remote
+// atomic need local write.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("reg mr: empty buffer: %w", ErrInvalid)
+	}
+	if access&^validAccess != 0 {
+		return nil, fmt.Errorf("reg mr: access %#x: %w", uint32(access), ErrInvalid)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("reg mr: remote write or atomic without local write: %w", ErrInvalid)
+	}
+	d := pd.d
+	t := &d.mrs
+	ck := mrCacheKey{pd: pd, addr: sliceAddr(buf), n: len(buf), access: access}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pd.mu.Lock()
+	dead := pd.dead
+	pd.mu.Unlock()
+	if dead {
+		return nil, fmt.Errorf("reg mr: %w", ErrDestroyed)
+	}
+	if d.isClosed() {
+		return nil, fmt.Errorf("reg mr: %w", ErrClosed)
+	}
+	if m := t.cache[ck]; m != nil && &m.buf[0] == &buf[0] {
+		m.refs++
+		return m, nil
+	}
+	if len(t.free) == 0 {
+		return nil, fmt.Errorf("reg mr: all %d keys in use: %w", len(t.slots)-1, ErrBusy)
+	}
+	if !t.noPin {
+		if err := t.pins.pin(buf); err != nil {
+			return nil, fmt.Errorf("reg mr: %w: %w", ErrPin, err)
+		}
+	}
+	slot := t.free[len(t.free)-1]
+	t.free = t.free[:len(t.free)-1]
+	t.gen[slot]++
+	m := &MR{pd: pd, buf: buf, addr: ck.addr, access: access, slot: slot, key: slot<<8 | uint32(t.gen[slot]), refs: 1}
+	t.slots[slot].Store(m)
+	t.cache[ck] = m
+	pd.mu.Lock()
+	pd.nmr++
+	pd.mu.Unlock()
+	return m, nil
+}
+
+// Dereg deregisters the region (ibv_dereg_mr): once every registration of
+// it is deregistered, its keys stop working and the memory is unpinned. It
+// fails with ErrBusy while work requests that reference it are
+// outstanding. Extra calls return ErrDestroyed.
+func (m *MR) Dereg() error {
+	d := m.pd.d
+	t := &d.mrs
+	t.mu.Lock()
+	if m.dead {
+		t.mu.Unlock()
+		return fmt.Errorf("dereg mr %#x: %w", m.key, ErrDestroyed)
+	}
+	if n := m.inflight.Load(); n > 0 {
+		t.mu.Unlock()
+		return fmt.Errorf("dereg mr %#x: %d outstanding references: %w", m.key, n, ErrBusy)
+	}
+	if m.refs > 1 {
+		m.refs--
+		t.mu.Unlock()
+		return nil
+	}
+	t.removeLocked(m)
+	t.mu.Unlock()
+	// A worker may be in the middle of a batch with a slice of the region
+	// it looked up before the key was removed: wait for its batch to end.
+	if !d.isClosed() {
+		for _, w := range d.workers {
+			w.mu.Lock()
+			//lint:ignore SA2001 an empty critical section is the barrier
+			w.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (t *mrTable) removeLocked(m *MR) {
+	m.dead = true
+	m.refs = 0
+	t.slots[m.slot].Store(nil)
+	t.free = append(t.free, m.slot)
+	delete(t.cache, mrCacheKey{pd: m.pd, addr: m.addr, n: len(m.buf), access: m.access})
+	if !t.noPin {
+		t.pins.unpin(m.buf)
+	}
+	m.pd.mu.Lock()
+	m.pd.nmr--
+	m.pd.mu.Unlock()
+}
+
+// closeAll deregisters every region (Device.Close).
+func (t *mrTable) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.slots {
+		if m := t.slots[i].Load(); m != nil {
+			t.removeLocked(m)
+		}
+	}
+}
+
+// memory is a PD's qp.Memory: key lookups with bounds and access checks.
+type memory struct{ pd *PD }
+
+func (mem memory) get(key uint32, addr uint64, n uint32, access Access) ([]byte, bool) {
+	m := mem.pd.d.mrs.lookup(key)
+	if m == nil || m.pd != mem.pd || m.access&access != access {
+		return nil, false
+	}
+	return m.slice(addr, n)
+}
+
+// Local implements qp.Memory.
+func (mem memory) Local(lkey uint32, addr uint64, n uint32, access Access) ([]byte, bool) {
+	return mem.get(lkey, addr, n, access)
+}
+
+// Remote implements qp.Memory. A remote key works only on a region that
+// grants some remote access.
+func (mem memory) Remote(rkey uint32, addr uint64, n uint32, access Access) ([]byte, bool) {
+	m := mem.pd.d.mrs.lookup(rkey)
+	if m == nil || m.access&(AccessRemoteRead|AccessRemoteWrite|AccessRemoteAtomic) == 0 {
+		return nil, false
+	}
+	return mem.get(rkey, addr, n, access)
+}
+
+// Invalidate implements qp.Memory: memory windows and invalidation are
+// not supported.
+func (memory) Invalidate(uint32) bool { return false }

@@ -1,0 +1,99 @@
+package roce
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// testOps runs every operation at each size between a and b.
+func testOps(t *testing.T, a, b *side, sizes []int) {
+	for _, n := range sizes {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			// SEND and SEND_WITH_IMM.
+			for _, op := range []WROpcode{WRSend, WRSendWithImm} {
+				fill(a.buf[:n], uint64(n)+uint64(op))
+				clear(b.buf[:n])
+				if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, n)}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: op, Flags: SendSignaled, Imm: 0xfeed, SGL: []SGE{a.mr.SGE(0, n)}}); err != nil {
+					t.Fatal(err)
+				}
+				want(t, a.cq, WCSend, WCSuccess)
+				wc := want(t, b.cq, WCRecv, WCSuccess)
+				if int(wc.ByteLen) != n || (op == WRSendWithImm) != (wc.Flags&WCWithImm != 0) || op == WRSendWithImm && wc.Imm != 0xfeed {
+					t.Fatalf("%v: recv completion %+v", op, wc)
+				}
+				same(t, op.String(), b.buf[:n], a.buf[:n])
+			}
+			// RDMA WRITE and WRITE_WITH_IMM into b.
+			for _, op := range []WROpcode{WRRDMAWrite, WRRDMAWriteWithImm} {
+				fill(a.buf[:n], uint64(n)*3+uint64(op))
+				clear(b.buf[:n])
+				if op == WRRDMAWriteWithImm {
+					if err := b.qp.PostRecv(&RecvWR{ID: 3}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				wr := &SendWR{ID: 4, Opcode: op, Flags: SendSignaled, Imm: 0xbeef, SGL: []SGE{a.mr.SGE(0, n)},
+					RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+				if err := a.qp.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+				want(t, a.cq, WCRDMAWrite, WCSuccess)
+				if op == WRRDMAWriteWithImm {
+					wc := want(t, b.cq, WCRecvRDMAWithImm, WCSuccess)
+					if wc.Imm != 0xbeef || int(wc.ByteLen) != n {
+						t.Fatalf("write with imm: %+v", wc)
+					}
+				}
+				same(t, op.String(), b.buf[:n], a.buf[:n])
+			}
+			// RDMA READ from b.
+			fill(b.buf[:n], uint64(n)*5)
+			clear(a.buf[:n])
+			if err := a.qp.PostSend(&SendWR{ID: 5, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, n)},
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			want(t, a.cq, WCRDMARead, WCSuccess)
+			same(t, "READ", a.buf[:n], b.buf[:n])
+		})
+	}
+	t.Run("atomics", func(t *testing.T) {
+		binary.LittleEndian.PutUint64(b.buf[8:], 40)
+		post := func(wr SendWR) uint64 {
+			wr.Flags, wr.SGL, wr.RemoteAddr, wr.RKey = SendSignaled, []SGE{a.mr.SGE(0, 8)}, b.mr.Addr()+8, b.mr.RKey()
+			if err := a.qp.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			op := WCFetchAdd
+			if wr.Opcode == WRAtomicCmpAndSwp {
+				op = WCCompSwap
+			}
+			want(t, a.cq, op, WCSuccess)
+			return binary.LittleEndian.Uint64(a.buf)
+		}
+		if old := post(SendWR{Opcode: WRAtomicFetchAdd, CompareAdd: 2}); old != 40 {
+			t.Fatalf("FETCH_ADD returned %d, want 40", old)
+		}
+		if old := post(SendWR{Opcode: WRAtomicCmpAndSwp, CompareAdd: 42, Swap: 7}); old != 42 {
+			t.Fatalf("CMP_SWAP returned %d, want 42", old)
+		}
+		if old := post(SendWR{Opcode: WRAtomicCmpAndSwp, CompareAdd: 42, Swap: 9}); old != 7 {
+			t.Fatalf("failing CMP_SWAP returned %d, want 7", old)
+		}
+		if v := binary.LittleEndian.Uint64(b.buf[8:]); v != 7 {
+			t.Fatalf("remote value %d, want 7", v)
+		}
+	})
+}
+
+func TestPipeOps(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 1<<20)
+	testOps(t, a, b, []int{0, 1, 1023, 1024, 1025, 4096, 65536, 1 << 20})
+	_ = time.Second
+}

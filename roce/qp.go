@@ -1,0 +1,587 @@
+package roce
+
+import (
+	"fmt"
+
+	"github.com/xroce/xroce/qp"
+)
+
+// QPConfig describes a queue pair to create. The zero value of each field
+// but Type and the CQs means the default.
+type QPConfig struct {
+	Type      QPType
+	SendCQ    *CQ
+	RecvCQ    *CQ
+	SRQ       *SRQ // receive requests come from this shared queue
+	MaxSendWR int  // send queue depth; 0 means 128
+	MaxRecvWR int  // receive queue depth; 0 means 128
+	MaxSGE    int  // scatter/gather entries per request; 0 means 4
+	MaxInline int  // inline bytes per send request; 0 means none
+	SignalAll bool // every send request completes (sq_sig_all)
+}
+
+// QP is a queue pair (ibv_qp). Its methods are safe for concurrent use;
+// each call is handed to the QP's worker under the worker's lock.
+type QP struct {
+	pd  *PD
+	w   *worker
+	q   *qp.QP
+	cfg QPConfig
+	qpn uint32
+
+	// Guarded by w.mu: the memory references of outstanding work
+	// requests, and whether the QP is gone.
+	sq, rq    refRing
+	destroyed bool
+	fatal     bool // an EventQPFatal was raised
+}
+
+// refRing remembers, per outstanding work request in posting order, the
+// memory regions its SGEs reference, so that Dereg can refuse while they
+// are in use.
+type refRing struct {
+	e          []refEntry
+	head, tail uint32
+}
+
+type refEntry struct {
+	id       uint64
+	signaled bool
+	mrs      []*MR
+}
+
+func newRefRing(n, sge int) refRing {
+	r := refRing{e: make([]refEntry, n)}
+	for i := range r.e {
+		r.e[i].mrs = make([]*MR, 0, sge)
+	}
+	return r
+}
+
+func (r *refRing) push(d *Device, id uint64, signaled bool, sgl []SGE) {
+	if r.tail-r.head >= uint32(len(r.e)) {
+		return // cannot happen: the engine refused a full queue
+	}
+	e := &r.e[r.tail%uint32(len(r.e))]
+	e.id, e.signaled = id, signaled
+	e.mrs = e.mrs[:0]
+	for _, s := range sgl {
+		if m := d.mrs.lookup(s.LKey); m != nil && len(e.mrs) < cap(e.mrs) {
+			m.inflight.Add(1)
+			e.mrs = append(e.mrs, m)
+		}
+	}
+	r.tail++
+}
+
+// pop releases the oldest entry and reports whether it was signaled.
+func (r *refRing) pop() (signaled bool, ok bool) {
+	if r.head == r.tail {
+		return false, false
+	}
+	e := &r.e[r.head%uint32(len(r.e))]
+	for i, m := range e.mrs {
+		m.inflight.Add(-1)
+		e.mrs[i] = nil
+	}
+	e.mrs = e.mrs[:0]
+	r.head++
+	return e.signaled, true
+}
+
+// popID releases the oldest entry with this ID (SRQ completions come out
+// of posting order across QPs), or the oldest entry if none matches.
+func (r *refRing) popID(id uint64) {
+	for i := r.head; i != r.tail; i++ {
+		e := &r.e[i%uint32(len(r.e))]
+		if e.id != id {
+			continue
+		}
+		h := &r.e[r.head%uint32(len(r.e))]
+		*e, *h = *h, *e
+		break
+	}
+	r.pop()
+}
+
+func (r *refRing) clear() {
+	for {
+		if _, ok := r.pop(); !ok {
+			return
+		}
+	}
+}
+
+// sink is the engine's qp.CQ for one queue of one QP: it drops the memory
+// references of completed requests and forwards the completion.
+type sendSink QP
+type recvSink QP
+
+// Complete implements qp.CQ (called by the worker with w.mu held).
+func (s *sendSink) Complete(wc *qp.WC) {
+	q := (*QP)(s)
+	if wc.Status == qp.WCSuccess {
+		// Completions come in order; unsignaled requests before this
+		// one completed silently.
+		for {
+			sig, ok := q.sq.pop()
+			if !ok || sig {
+				break
+			}
+		}
+	} else {
+		q.sq.pop()
+		q.w.dirty = append(q.w.dirty, q)
+	}
+	q.cfg.SendCQ.complete(wc)
+}
+
+// Complete implements qp.CQ (called by the worker with w.mu held).
+func (s *recvSink) Complete(wc *qp.WC) {
+	q := (*QP)(s)
+	if q.cfg.SRQ != nil {
+		q.cfg.SRQ.refs.popID(wc.ID)
+	} else {
+		q.rq.pop()
+	}
+	if wc.Status != qp.WCSuccess {
+		q.w.dirty = append(q.w.dirty, q)
+	}
+	q.cfg.RecvCQ.complete(wc)
+}
+
+// afterError runs after a batch in which q had an error completion: once
+// the QP is in ERR or SQE the engine has flushed its send queue, so every
+// reference left is released, and a fatal error raises EventQPFatal.
+func (q *QP) afterError() {
+	if q.destroyed {
+		return
+	}
+	switch q.q.State() {
+	case qp.StateErr:
+		q.sq.clear()
+		if q.cfg.SRQ == nil {
+			q.rq.clear()
+		}
+		if !q.fatal {
+			q.fatal = true
+			q.w.d.event(Event{Type: EventQPFatal, QPN: q.qpn})
+		}
+	case qp.StateSQE:
+		q.sq.clear()
+	}
+}
+
+// CreateQP creates a queue pair in the RESET state (ibv_create_qp). Its
+// QP number decides its worker; QPs on an SRQ share the SRQ's worker.
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	d := pd.d
+	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
+		return nil, fmt.Errorf("create qp: needs a send and a receive CQ: %w", ErrInvalid)
+	}
+	if cfg.SendCQ.d != d || cfg.RecvCQ.d != d || cfg.SRQ != nil && cfg.SRQ.pd.d != d {
+		return nil, fmt.Errorf("create qp: CQ or SRQ of another device: %w", ErrInvalid)
+	}
+	def := func(v, x int) int {
+		if v <= 0 {
+			return x
+		}
+		return v
+	}
+	cfg.MaxSendWR, cfg.MaxRecvWR, cfg.MaxSGE = def(cfg.MaxSendWR, 128), def(cfg.MaxRecvWR, 128), def(cfg.MaxSGE, 4)
+	if cfg.MaxSendWR > 1<<16 || cfg.MaxRecvWR > 1<<16 || cfg.MaxSGE > 32 {
+		return nil, fmt.Errorf("create qp: queue depths %d/%d or %d SGEs too large: %w", cfg.MaxSendWR, cfg.MaxRecvWR, cfg.MaxSGE, ErrInvalid)
+	}
+
+	// Pick the worker and a free QP number in its residue class.
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("create qp: %w", ErrClosed)
+	}
+	nw := uint32(len(d.workers))
+	var w *worker
+	if cfg.SRQ != nil {
+		w = cfg.SRQ.w
+	} else {
+		w = d.workers[d.rr%len(d.workers)]
+		d.rr++
+	}
+	d.mu.Unlock()
+
+	q := &QP{pd: pd, w: w, cfg: cfg}
+	q.sq = newRefRing(cfg.MaxSendWR, cfg.MaxSGE)
+	if cfg.SRQ == nil {
+		q.rq = newRefRing(cfg.MaxRecvWR, cfg.MaxSGE)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop {
+		return nil, fmt.Errorf("create qp: %w", ErrClosed)
+	}
+	if cfg.SRQ != nil && cfg.SRQ.dead {
+		return nil, fmt.Errorf("create qp: SRQ: %w", ErrDestroyed)
+	}
+	d.mu.Lock()
+	qpn := d.nextQPN
+	for tries := 0; ; tries++ {
+		if qpn < 0x11 || qpn > 0xffffff {
+			qpn = 0x11
+		}
+		if qpn%nw == uint32(w.id) && w.qps[qpn] == nil {
+			break
+		}
+		qpn++
+		if tries > 1<<24 {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("create qp: no free QP number: %w", ErrBusy)
+		}
+	}
+	d.nextQPN = qpn + 1
+	d.mu.Unlock()
+	qcfg := qp.Config{
+		Type: cfg.Type, QPN: qpn, SendCQ: (*sendSink)(q), RecvCQ: (*recvSink)(q), Mem: memory{pd},
+		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
+		MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
+	}
+	if cfg.SRQ != nil {
+		qcfg.SRQ = cfg.SRQ.s
+	}
+	eq, err := w.eng.CreateQP(qcfg)
+	if err != nil {
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	q.q, q.qpn = eq, qpn
+	w.qps[qpn] = q
+	pd.mu.Lock()
+	pd.nqp++
+	pd.mu.Unlock()
+	for _, c := range []*CQ{cfg.SendCQ, cfg.RecvCQ} {
+		c.mu.Lock()
+		c.nqp++
+		c.mu.Unlock()
+	}
+	if cfg.SRQ != nil {
+		cfg.SRQ.nqp++
+	}
+	return q, nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the QP's type.
+func (q *QP) Type() QPType { return q.cfg.Type }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+func (q *QP) gone() error {
+	if q.destroyed {
+		if q.w.stop {
+			return ErrClosed
+		}
+		return ErrDestroyed
+	}
+	return nil
+}
+
+// Modify changes the QP's attributes and state (ibv_modify_qp), with the
+// engine's state machine: see qp.QP.Modify. A path MTU above the device's
+// active MTU is refused with ErrInvalidAttr.
+func (q *QP) Modify(a *Attr, mask AttrMask) error {
+	if mask&AttrPathMTU != 0 && a.PathMTU > q.w.d.info.ActiveMTU {
+		return fmt.Errorf("modify qp %#x: path MTU %v above the port's %v: %w", q.qpn, a.PathMTU, q.w.d.info.ActiveMTU, ErrInvalidAttr)
+	}
+	w := q.w
+	w.mu.Lock()
+	if err := q.gone(); err != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("modify qp %#x: %w", q.qpn, err)
+	}
+	err := q.q.Modify(a, mask)
+	if err == nil && mask&AttrState != 0 {
+		switch a.State {
+		case qp.StateReset:
+			q.sq.clear()
+			q.rq.clear()
+			q.fatal = false
+		case qp.StateErr:
+			q.sq.clear()
+			q.rq.clear()
+		}
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.kick()
+	return nil
+}
+
+// Query returns the QP's attributes and current state (ibv_query_qp).
+func (q *QP) Query() (Attr, error) {
+	w := q.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := q.gone(); err != nil {
+		return Attr{}, fmt.Errorf("query qp %#x: %w", q.qpn, err)
+	}
+	return q.q.Attr(), nil
+}
+
+// State returns the QP's current state.
+func (q *QP) State() QPState {
+	w := q.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if q.destroyed {
+		return qp.StateReset
+	}
+	return q.q.State()
+}
+
+// PostSend posts a send work request (ibv_post_send); the SGL is copied.
+// The memory it names must stay registered until the request completes
+// (Dereg refuses until then). Bad keys or ranges complete with an error
+// status, as in verbs.
+func (q *QP) PostSend(wr *SendWR) error {
+	w := q.w
+	w.mu.Lock()
+	if err := q.gone(); err != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("post send on qp %#x: %w", q.qpn, err)
+	}
+	st := q.q.State()
+	q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
+	err := q.q.PostSend(wr)
+	if err != nil {
+		q.sq.tail-- // refused: take the references back
+		q.sq.e[q.sq.tail%uint32(len(q.sq.e))].release()
+	} else if st == qp.StateErr || st == qp.StateSQE {
+		q.sq.clear() // flushed at once
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.kick()
+	return nil
+}
+
+func (e *refEntry) release() {
+	for i, m := range e.mrs {
+		m.inflight.Add(-1)
+		e.mrs[i] = nil
+	}
+	e.mrs = e.mrs[:0]
+}
+
+// PostRecv posts a receive work request (ibv_post_recv); the SGL is copied.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	w := q.w
+	w.mu.Lock()
+	if err := q.gone(); err != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("post recv on qp %#x: %w", q.qpn, err)
+	}
+	if q.cfg.SRQ != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("post recv on qp %#x: it uses an SRQ: %w", q.qpn, ErrState)
+	}
+	q.rq.push(w.d, wr.ID, true, wr.SGL)
+	err := q.q.PostRecv(wr)
+	if err != nil {
+		q.rq.tail--
+		q.rq.e[q.rq.tail%uint32(len(q.rq.e))].release()
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.kick()
+	return nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp): it leaves the engine at once,
+// without completions, and drops its references to memory regions. It is
+// idempotent.
+func (q *QP) Destroy() error {
+	w := q.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if q.destroyed {
+		return nil
+	}
+	q.q.Destroy()
+	q.release()
+	return nil
+}
+
+// release forgets the QP; w.mu is held.
+func (q *QP) release() {
+	q.destroyed = true
+	q.sq.clear()
+	q.rq.clear()
+	delete(q.w.qps, q.qpn)
+	q.pd.mu.Lock()
+	q.pd.nqp--
+	q.pd.mu.Unlock()
+	for _, c := range []*CQ{q.cfg.SendCQ, q.cfg.RecvCQ} {
+		c.mu.Lock()
+		c.nqp--
+		c.mu.Unlock()
+	}
+	if q.cfg.SRQ != nil {
+		q.cfg.SRQ.nqp--
+	}
+}
+
+// closeLocked flushes the QP to ERR and forgets it (Device.Close); w.mu
+// is held.
+func (q *QP) closeLocked() {
+	if q.destroyed {
+		return
+	}
+	q.q.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
+	q.q.Destroy()
+	q.release()
+}
+
+// SRQConfig describes a shared receive queue.
+type SRQConfig struct {
+	MaxWR  int // requests; 0 means 128
+	MaxSGE int // SGEs per request; 0 means 4
+	Limit  int // if > 0, EventSRQLimitReached fires when fewer requests remain (then disarms)
+}
+
+// SRQ is a shared receive queue (ibv_srq). Its methods are safe for
+// concurrent use. The QPs that use it run on its worker.
+type SRQ struct {
+	pd  *PD
+	w   *worker
+	s   *qp.SRQ
+	cfg SRQConfig
+
+	// Guarded by w.mu.
+	refs  refRing
+	limit int
+	nqp   int
+	dead  bool
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
+	d := pd.d
+	if cfg.MaxWR <= 0 {
+		cfg.MaxWR = 128
+	}
+	if cfg.MaxSGE <= 0 {
+		cfg.MaxSGE = 4
+	}
+	if cfg.MaxWR > 1<<16 || cfg.MaxSGE > 32 || cfg.Limit < 0 || cfg.Limit > cfg.MaxWR {
+		return nil, fmt.Errorf("create srq: %+v: %w", cfg, ErrInvalid)
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("create srq: %w", ErrClosed)
+	}
+	w := d.workers[d.rr%len(d.workers)]
+	d.rr++
+	d.mu.Unlock()
+	s := &SRQ{pd: pd, w: w, cfg: cfg, refs: newRefRing(cfg.MaxWR, cfg.MaxSGE)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.s = w.eng.CreateSRQ(cfg.MaxWR, cfg.MaxSGE)
+	if cfg.Limit > 0 {
+		s.armLocked(cfg.Limit)
+	}
+	return s, nil
+}
+
+func (s *SRQ) armLocked(limit int) {
+	if s.limit == 0 {
+		s.w.armed = append(s.w.armed, s)
+	}
+	s.limit = limit
+}
+
+// Arm sets the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): when fewer
+// than limit requests remain, EventSRQLimitReached fires once and the limit
+// disarms. 0 disarms.
+func (s *SRQ) Arm(limit int) error {
+	if limit < 0 || limit > s.cfg.MaxWR {
+		return fmt.Errorf("arm srq: limit %d: %w", limit, ErrInvalid)
+	}
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.dead {
+		return fmt.Errorf("arm srq: %w", ErrDestroyed)
+	}
+	if limit == 0 {
+		for i, x := range w.armed {
+			if x == s {
+				w.armed = append(w.armed[:i], w.armed[i+1:]...)
+				break
+			}
+		}
+		s.limit = 0
+		return nil
+	}
+	s.armLocked(limit)
+	return nil
+}
+
+// PostRecv posts a receive request to the SRQ (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wr *RecvWR) error {
+	w := s.w
+	w.mu.Lock()
+	if s.dead || w.stop {
+		w.mu.Unlock()
+		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
+	}
+	s.refs.push(w.d, wr.ID, true, wr.SGL)
+	err := s.s.PostRecv(wr)
+	if err != nil {
+		s.refs.tail--
+		s.refs.e[s.refs.tail%uint32(len(s.refs.e))].release()
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.kick()
+	return nil
+}
+
+// Len returns the number of requests waiting in the SRQ.
+func (s *SRQ) Len() int {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return s.s.Len()
+}
+
+// Destroy destroys the SRQ; it fails with ErrBusy while QPs use it. It is
+// idempotent.
+func (s *SRQ) Destroy() error {
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.dead {
+		return nil
+	}
+	if s.nqp > 0 {
+		return fmt.Errorf("destroy srq: used by %d QPs: %w", s.nqp, ErrBusy)
+	}
+	s.dead = true
+	s.refs.clear()
+	for i, x := range w.armed {
+		if x == s {
+			w.armed = append(w.armed[:i], w.armed[i+1:]...)
+			break
+		}
+	}
+	return nil
+}

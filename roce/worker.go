@@ -1,0 +1,323 @@
+package roce
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xroce/xroce/link"
+	"github.com/xroce/xroce/qp"
+)
+
+// worker owns one link and the engine of the QPs sharded to it (QPN modulo
+// the number of workers). Its goroutine receives a batch, feeds the
+// engine, sends what the engine has ready and sleeps in Receive until the
+// engine's next deadline or a Wakeup. Other goroutines (the users' calls)
+// take mu to reach the engine between batches and then kick the worker.
+type worker struct {
+	d    *Device
+	id   int
+	link link.Link
+
+	// mu guards the engine and its QPs and SRQs (eng, qps, srqs, armed,
+	// dirty) and out; the worker holds it for each batch, user calls for
+	// each call.
+	mu    sync.Mutex
+	eng   *qp.Engine
+	out   output
+	qps   map[uint32]*QP
+	armed []*SRQ // SRQs with a limit armed
+	dirty []*QP  // QPs with an error completion to look at after the batch
+	stop  bool   // set by shutdown
+
+	sleeping atomic.Bool // in a Receive that may wait
+	pending  atomic.Bool // a user call queued work since the last batch
+
+	// fmu guards fq and ffree: frames other workers received for our QPs,
+	// copied into buffers of ffree.
+	fmu   sync.Mutex
+	fq    [][]byte
+	ffree [][]byte
+	fwork [][]byte // fq taken by run; owned by the worker goroutine
+
+	bufs, local [][]byte // receive batch, owned by the worker goroutine
+
+	forwarded, fwdDropped, txDropped, batches, linkErrors atomic.Uint64
+
+	done chan struct{}
+}
+
+func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
+	w := &worker{d: d, id: id, link: l, qps: make(map[uint32]*QP), done: make(chan struct{})}
+	w.out = output{l: l, w: w, stash: make([][]byte, 64), tx: make([][]byte, 0, 64)}
+	eng, err := qp.NewEngine(qp.EngineConfig{Out: &w.out, LocalIPs: d.local, PortMTU: d.info.ActiveMTU})
+	if err != nil {
+		return nil, fmt.Errorf("roce: worker %d: %w", id, err)
+	}
+	w.eng = eng
+	w.bufs = make([][]byte, d.cfg.Batch)
+	w.local = make([][]byte, 0, d.cfg.Batch)
+	if nlinks > 1 {
+		mf := l.Info().MaxFrame
+		slab := make([]byte, d.cfg.Forward*mf)
+		w.ffree = make([][]byte, 0, d.cfg.Forward)
+		w.fq = make([][]byte, 0, d.cfg.Forward)
+		w.fwork = make([][]byte, 0, d.cfg.Forward)
+		for i := range d.cfg.Forward {
+			w.ffree = append(w.ffree, slab[i*mf:(i+1)*mf:(i+1)*mf])
+		}
+	}
+	return w, nil
+}
+
+// kick tells the worker that a user call queued work: it wakes the worker
+// if it sleeps in Receive.
+func (w *worker) kick() {
+	w.pending.Store(true)
+	if w.sleeping.Load() {
+		w.link.Wakeup()
+	}
+}
+
+// run is the worker goroutine.
+func (w *worker) run() {
+	defer close(w.done)
+	deadline := qp.Never
+	for {
+		timeout := time.Duration(0)
+		if !w.d.cfg.BusyPoll {
+			w.sleeping.Store(true)
+			switch {
+			case w.pending.Swap(false):
+				timeout = 0
+			case deadline == qp.Never:
+				timeout = -1
+			default:
+				timeout = max(deadline-w.d.now(), 0)
+			}
+		} else {
+			w.pending.Store(false)
+		}
+		n, err := w.link.Receive(w.bufs, timeout)
+		w.sleeping.Store(false)
+		w.mu.Lock()
+		if w.stop {
+			if n > 0 {
+				w.link.Release(w.bufs[:n])
+			}
+			w.mu.Unlock()
+			return
+		}
+		if err != nil && !errors.Is(err, link.ErrClosed) {
+			// A transient link error: count it and go on after a pause,
+			// so that a broken link does not spin.
+			w.linkErrors.Add(1)
+			w.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		now := w.d.now()
+		if n > 0 {
+			w.batches.Add(1)
+			w.input(w.bufs[:n], now)
+			w.link.Release(w.bufs[:n])
+		}
+		w.inputForwarded(now)
+		deadline = w.eng.Poll(now)
+		w.out.flush()
+		w.afterBatch()
+		w.mu.Unlock()
+		if errors.Is(err, link.ErrClosed) {
+			return
+		}
+	}
+}
+
+// input gives the engine the frames of its QPs and hands the others to
+// their workers.
+func (w *worker) input(frames [][]byte, now time.Duration) {
+	nw := uint32(len(w.d.workers))
+	if nw == 1 {
+		w.eng.Input(frames, now)
+		return
+	}
+	local := w.local[:0]
+	for _, b := range frames {
+		if qpn, ok := destQPN(b); ok && int(qpn%nw) != w.id {
+			w.d.workers[qpn%nw].forward(b)
+			continue
+		}
+		local = append(local, b)
+	}
+	if len(local) > 0 {
+		w.eng.Input(local, now)
+	}
+	clear(local)
+}
+
+// forward copies a frame received by another worker into w's queue.
+func (w *worker) forward(b []byte) {
+	w.fmu.Lock()
+	if len(w.ffree) == 0 || len(b) > cap(w.ffree[len(w.ffree)-1]) {
+		w.fmu.Unlock()
+		w.fwdDropped.Add(1)
+		return
+	}
+	buf := w.ffree[len(w.ffree)-1]
+	w.ffree = w.ffree[:len(w.ffree)-1]
+	w.fq = append(w.fq, buf[:copy(buf[:cap(buf)], b)])
+	w.fmu.Unlock()
+	w.forwarded.Add(1)
+	w.kick()
+}
+
+// inputForwarded feeds the engine the frames other workers forwarded.
+func (w *worker) inputForwarded(now time.Duration) {
+	w.fmu.Lock()
+	if len(w.fq) == 0 {
+		w.fmu.Unlock()
+		return
+	}
+	w.fq, w.fwork = w.fwork[:0], w.fq
+	w.fmu.Unlock()
+	w.eng.Input(w.fwork, now)
+	w.fmu.Lock()
+	w.ffree = append(w.ffree, w.fwork...)
+	w.fmu.Unlock()
+	clear(w.fwork)
+	w.fwork = w.fwork[:0]
+}
+
+// destQPN returns the BTH destination QP of a RoCE v2 frame, without
+// checking more than the lengths.
+func destQPN(b []byte) (uint32, bool) {
+	const eth = 14
+	if len(b) < eth {
+		return 0, false
+	}
+	off := eth
+	typ := binary.BigEndian.Uint16(b[12:])
+	if typ == 0x8100 {
+		if len(b) < eth+4 {
+			return 0, false
+		}
+		typ = binary.BigEndian.Uint16(b[16:])
+		off += 4
+	}
+	switch typ {
+	case 0x0800:
+		if len(b) < off+1 {
+			return 0, false
+		}
+		off += int(b[off]&0xf) * 4
+	case 0x86dd:
+		off += 40
+	default:
+		return 0, false
+	}
+	off += 8 // UDP
+	if len(b) < off+8 {
+		return 0, false
+	}
+	return uint32(b[off+5])<<16 | uint32(b[off+6])<<8 | uint32(b[off+7]), true
+}
+
+// afterBatch runs with mu held after the engine ran: QPs that failed
+// release the memory references of their flushed work requests, and armed
+// SRQs below their limit raise their event.
+func (w *worker) afterBatch() {
+	for i, q := range w.dirty {
+		q.afterError()
+		w.dirty[i] = nil
+	}
+	w.dirty = w.dirty[:0]
+	for i := 0; i < len(w.armed); {
+		s := w.armed[i]
+		if s.s.Len() < s.limit {
+			s.limit = 0
+			w.armed = append(w.armed[:i], w.armed[i+1:]...)
+			w.d.event(Event{Type: EventSRQLimitReached, SRQ: s})
+			continue
+		}
+		i++
+	}
+}
+
+// shutdown moves every QP of the worker to ERR (flushing its work
+// requests), stops the goroutine and gives back the link's buffers.
+func (w *worker) shutdown() {
+	w.mu.Lock()
+	for _, q := range w.qps {
+		q.closeLocked()
+	}
+	w.afterBatch()
+	w.stop = true
+	w.mu.Unlock()
+	w.link.Wakeup()
+	<-w.done
+	w.mu.Lock()
+	w.out.flush()
+	w.out.releaseStash()
+	w.mu.Unlock()
+}
+
+// output is the engine's qp.Output over the worker's link: it hands out
+// link buffers from a stash filled in batches and transmits in batches.
+type output struct {
+	l     link.Link
+	w     *worker
+	stash [][]byte // stash[:n] are allocated link buffers not yet used
+	n     int
+	tx    [][]byte
+}
+
+// Alloc implements qp.Output.
+func (o *output) Alloc() []byte {
+	if o.n == 0 {
+		o.n = o.l.Alloc(o.stash)
+		if o.n == 0 {
+			o.flush()
+			o.n = o.l.Alloc(o.stash)
+			if o.n == 0 {
+				return nil
+			}
+		}
+	}
+	o.n--
+	b := o.stash[o.n]
+	o.stash[o.n] = nil
+	return b
+}
+
+// Send implements qp.Output.
+func (o *output) Send(frame []byte) {
+	o.tx = append(o.tx, frame)
+	if len(o.tx) == cap(o.tx) {
+		o.flush()
+	}
+}
+
+// flush transmits the queued frames.
+func (o *output) flush() {
+	if len(o.tx) == 0 {
+		return
+	}
+	n, _ := o.l.Transmit(o.tx)
+	if n < len(o.tx) {
+		o.w.txDropped.Add(uint64(len(o.tx) - n))
+	}
+	clear(o.tx)
+	o.tx = o.tx[:0]
+}
+
+// releaseStash gives unused buffers back to the link.
+func (o *output) releaseStash() {
+	if o.n > 0 {
+		o.l.Release(o.stash[:o.n])
+		clear(o.stash[:o.n])
+		o.n = 0
+	}
+}
