@@ -1,0 +1,214 @@
+package roce
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/bpf"
+	"github.com/xroce/xroce/internal/netns"
+)
+
+// vethDevices opens a device on each end of a veth pair between two new
+// network namespaces, with AF_XDP on 2 queues. With steer, each end gets
+// its own XDP program (for loss injection), returned in progs.
+func vethDevices(t *testing.T, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program) {
+	t.Helper()
+	p := netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
+	for i, h := range []*netns.Host{p.A, p.B} {
+		c := cfg
+		if c.Datapath == DatapathAuto {
+			c.Datapath = DatapathXDP
+		}
+		var d *Device
+		err := h.Do(func() error {
+			if steer && c.Datapath == DatapathXDP {
+				prog, err := bpf.Load(bpf.Options{})
+				if err != nil {
+					return err
+				}
+				if _, err := prog.Attach(h.Index); err != nil {
+					prog.Close()
+					return err
+				}
+				progs[i] = prog
+				t.Cleanup(func() { prog.Close() })
+				c.XDP.Steering = prog
+			}
+			var err error
+			d, err = Open(h.Ifname, c)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("open %s: %v", h.Ifname, err)
+		}
+		t.Cleanup(func() {
+			if err := d.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+		if i == 0 {
+			da = d
+		} else {
+			db = d
+		}
+	}
+	return da, db, progs
+}
+
+func TestVethInfo(t *testing.T) {
+	da, _, _ := vethDevices(t, Config{}, false)
+	info := da.Info()
+	t.Logf("%+v", info)
+	if info.Datapath != DatapathXDP || info.Queues != 2 || info.ActiveMTU != MTU1024 || info.Mode == "" {
+		t.Fatalf("info %+v: want af_xdp on 2 queues with MTU 1024", info)
+	}
+	gids := da.GIDs()
+	if len(gids) < 2 || !gids[0].IsLinkLocalUnicast() || gids[1].String() != "::ffff:198.18.0.1" {
+		t.Fatalf("GIDs %v: want fe80::… then ::ffff:198.18.0.1", gids)
+	}
+}
+
+func TestVethOps(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	a, b := rcPair(t, da, db, 4<<20)
+	testOps(t, a, b, []int{0, 1, 1024, 1025, 4096, 100000, 1 << 20, 4 << 20})
+}
+
+func TestVethManyQPs(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	newSide(t, db, RC, 0, nil, nil) // peers on the other worker: frames are forwarded
+	manyQPs(t, da, db, 64, 64<<10)
+	t.Logf("a: %+v", da.Stats().Forwarded)
+}
+
+func TestVethUD(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	testUD(t, da, db)
+}
+
+func TestVethBusyPoll(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{BusyPoll: true, Queues: 1}, false)
+	a, b := rcPair(t, da, db, 64<<10)
+	testOps(t, a, b, []int{64, 64 << 10})
+}
+
+// Loss injected by the XDP programs on both ends: everything byte-exact.
+func TestVethLoss(t *testing.T) {
+	for _, loss := range []float64{0.01, 0.1} {
+		t.Run(fmt.Sprint(loss), func(t *testing.T) {
+			da, db, progs := vethDevices(t, Config{}, true)
+			a, b := newSide(t, da, RC, 1<<20, nil, nil), newSide(t, db, RC, 1<<20, nil, nil)
+			connect(t, a, b, ConnectOptions{Timeout: 10}) // 4 ms ACK timeout
+			for _, p := range progs {
+				if err := p.SetLoss(loss); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testOps(t, a, b, []int{0, 3000, 1 << 20})
+			c, _ := progs[1].Counters()
+			s := da.Stats()
+			t.Logf("loss %v: b dropped %d of %d; a: %d retransmits, %d timeouts", loss, c.InjectedDrops, c.Redirected+c.InjectedDrops, s.Retransmits, s.Timeouts)
+			if c.InjectedDrops == 0 {
+				t.Errorf("no frame dropped")
+			}
+		})
+	}
+}
+
+// A big transfer of 4 MiB writes, checked with SHA-256: 64 MiB (16 MiB
+// with -short); 1 GiB with XROCE_1GIB=1 (about 15 s here).
+func TestVethBig(t *testing.T) {
+	size, total := 4<<20, 64<<20
+	switch {
+	case os.Getenv("XROCE_1GIB") == "1":
+		total = 1 << 30
+	case testing.Short():
+		total = 16 << 20
+	}
+	da, db, _ := vethDevices(t, Config{}, false)
+	a, b := rcPair(t, da, db, size)
+	ha, hb := sha256.New(), sha256.New()
+	start := time.Now()
+	for off := 0; off < total; off += size {
+		fill(a.buf, uint64(off))
+		ha.Write(a.buf)
+		if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		want(t, a.cq, WCRDMAWrite, WCSuccess)
+		hb.Write(b.buf)
+	}
+	el := time.Since(start)
+	if string(ha.Sum(nil)) != string(hb.Sum(nil)) {
+		t.Fatal("checksums differ")
+	}
+	t.Logf("%d MiB in %v: %.2f Gbit/s", total>>20, el, float64(total)*8/el.Seconds()/1e9)
+}
+
+// The peer's namespace vanishes mid-transfer: RETRY_EXC_ERR.
+func TestVethPeerVanishes(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	a, b := newSide(t, da, RC, 1<<20, nil, nil), newSide(t, db, RC, 1<<20, nil, nil)
+	connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 3})
+	for i := range 8 {
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(t, a.cq, WCRDMAWrite, WCSuccess)
+	db.Close()
+	start := time.Now()
+	for {
+		wc := wait(t, a.cq, 5*time.Second)
+		if wc.Status == WCSuccess {
+			continue
+		}
+		if wc.Status != WCRetryExcErr {
+			t.Fatalf("completion %v, want RETRY_EXC_ERR", wc.Status)
+		}
+		break
+	}
+	t.Logf("RETRY_EXC_ERR %v after the peer closed", time.Since(start))
+	if time.Since(start) > 2*time.Second {
+		t.Fatal("too late")
+	}
+}
+
+// Resolve: the kernel's neighbour table, and an unreachable peer.
+func TestVethResolve(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	av, err := da.Resolve(context.Background(), ipOf(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(av.DstMAC[:]) != string(db.Info().MAC) || av.SrcIP != ipOf(da) {
+		t.Fatalf("av %+v", av)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = da.Resolve(ctx, ipOf(db).Next()) // 198.18.0.3: on the link, nobody there
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("resolve an absent host: %v, want ErrUnreachable", err)
+	}
+	_, err = da.Resolve(ctx, netipMust("198.19.255.1")) // no route
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("resolve without a route: %v, want ErrUnreachable", err)
+	}
+}
+
+// The AF_PACKET datapath, asked for explicitly.
+func TestVethAFPacket(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{Datapath: DatapathAFPacket}, false)
+	if i := da.Info(); i.Datapath != DatapathAFPacket || i.Queues != 1 {
+		t.Fatalf("info %+v: want af_packet, 1 queue", i)
+	}
+	a, b := rcPair(t, da, db, 1<<20)
+	testOps(t, a, b, []int{0, 5000, 1 << 20})
+}
