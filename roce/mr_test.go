@@ -1,0 +1,205 @@
+package roce
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestMRKeys(t *testing.T) {
+	da, _ := pipeDevices(t, 1, noFaults, Config{})
+	pd, _ := da.AllocPD()
+	buf := make([]byte, 10000)
+	m1, err := pd.RegMR(buf, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m1.Addr() != sliceAddr(buf) || m1.Len() != len(buf) || m1.LKey() != m1.RKey() || m1.LKey()>>8 == 0 {
+		t.Fatalf("mr addr %#x len %d keys %#x/%#x", m1.Addr(), m1.Len(), m1.LKey(), m1.RKey())
+	}
+	// Cache hit: same region, same keys.
+	m2, err := pd.RegMR(buf, AccessLocalWrite)
+	if err != nil || m2 != m1 {
+		t.Fatalf("second registration: %v, %p vs %p", err, m2, m1)
+	}
+	// Other rights or another slice: another region.
+	m3, err := pd.RegMR(buf, AccessLocalWrite|AccessRemoteRead)
+	if err != nil || m3 == m1 || m3.LKey() == m1.LKey() {
+		t.Fatalf("registration with other rights: %v, key %#x", err, m3.LKey())
+	}
+	if s := da.Stats(); s.MRs != 2 || s.PinnedPages < 3 {
+		t.Fatalf("%d MRs, %d pinned pages", s.MRs, s.PinnedPages)
+	}
+	for _, m := range []*MR{m1, m1, m3} {
+		if err := m.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m1.Dereg(); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("extra dereg: %v", err)
+	}
+	if s := da.Stats(); s.MRs != 0 || s.PinnedPages != 0 {
+		t.Fatalf("after dereg: %d MRs, %d pinned pages", s.MRs, s.PinnedPages)
+	}
+	// Re-registration in the same slot changes the 8-bit key.
+	m4, _ := pd.RegMR(buf, AccessLocalWrite)
+	if m4.LKey() == m1.LKey() && m4.LKey() == m3.LKey() {
+		t.Fatalf("re-registration kept key %#x", m4.LKey())
+	}
+	if m4.LKey()>>8 == m1.LKey()>>8 && m4.LKey() == m1.LKey() {
+		t.Fatalf("same slot, same key %#x", m4.LKey())
+	}
+	mem := memory{pd}
+	if _, ok := mem.Local(m1.LKey(), m1.Addr(), 1, 0); ok && m1.LKey() != m4.LKey() {
+		t.Fatal("old key still works")
+	}
+	if b, ok := mem.Local(m4.LKey(), m4.Addr()+10, 100, AccessLocalWrite); !ok || &b[0] != &buf[10] || len(b) != 100 {
+		t.Fatal("lookup inside the region failed")
+	}
+	for _, c := range []struct {
+		name   string
+		key    uint32
+		addr   uint64
+		n      uint32
+		access Access
+	}{
+		{"before", m4.LKey(), m4.Addr() - 1, 2, 0},
+		{"after", m4.LKey(), m4.Addr() + 9999, 2, 0},
+		{"huge", m4.LKey(), m4.Addr(), 1 << 31, 0},
+		{"wrong key", m4.LKey() ^ 1, m4.Addr(), 1, 0},
+		{"no right", m4.LKey(), m4.Addr(), 1, AccessRemoteWrite},
+	} {
+		if _, ok := mem.Local(c.key, c.addr, c.n, c.access); ok {
+			t.Errorf("%s: lookup succeeded", c.name)
+		}
+	}
+	if _, ok := mem.Remote(m4.LKey(), m4.Addr(), 1, 0); ok {
+		t.Error("remote access to a local-only region")
+	}
+	pd2, _ := da.AllocPD()
+	if _, ok := (memory{pd2}).Local(m4.LKey(), m4.Addr(), 1, 0); ok {
+		t.Error("region reachable from another PD")
+	}
+	if err := pd.Dealloc(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("dealloc PD with an MR: %v", err)
+	}
+	for _, bad := range []Access{AccessRemoteWrite, AccessRemoteAtomic, 1 << 7} {
+		if _, err := pd.RegMR(buf, bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("RegMR access %#x: %v, want ErrInvalid", uint32(bad), err)
+		}
+	}
+	if _, err := pd.RegMR(nil, 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("RegMR(nil): %v", err)
+	}
+	m4.Dereg()
+	if err := pd.Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bad keys and rights give error completions, as in verbs.
+func TestBadRequests(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 4096)
+	// A local key that does not exist.
+	a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{Addr: a.mr.Addr(), Length: 10, LKey: 0x999}},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	want(t, a.cq, WCRDMAWrite, WCLocProtErr)
+
+	a, b = rcPair(t, da, db, 4096)
+	// Outside the remote region.
+	a.qp.PostSend(&SendWR{ID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)},
+		RemoteAddr: b.mr.Addr() + 4000, RKey: b.mr.RKey()})
+	want(t, a.cq, WCRDMAWrite, WCRemAccessErr)
+
+	// Posting in the wrong state.
+	c := newSide(t, da, RC, 0, nil, nil)
+	if err := c.qp.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, ErrState) {
+		t.Fatalf("post send in RESET: %v, want ErrState", err)
+	}
+	if err := c.qp.Modify(&Attr{State: StateRTS}, AttrState); !errors.Is(err, ErrTransition) {
+		t.Fatalf("RESET→RTS: %v, want ErrTransition", err)
+	}
+	if err := c.qp.Modify(&Attr{State: StateInit, PathMTU: MTU4096}, AttrState|AttrPathMTU); !errors.Is(err, ErrInvalidAttr) {
+		t.Fatalf("path MTU above the port's: %v, want ErrInvalidAttr", err)
+	}
+	if err := c.qp.Destroy(); err != nil || c.qp.Destroy() != nil {
+		t.Fatal("destroy twice:", err)
+	}
+	if err := c.qp.PostRecv(&RecvWR{}); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("post on a destroyed QP: %v", err)
+	}
+}
+
+// A full CQ reports the overflow: Err, Overflows and an event.
+func TestCQOverflow(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	pa, _ := da.AllocPD()
+	cq, _ := da.CreateCQ(4)
+	q, _ := pa.CreateQP(QPConfig{Type: RC, SendCQ: cq, RecvCQ: cq})
+	a := &side{d: da, pd: pa, cq: cq, qp: q}
+	b := newSide(t, db, RC, 64, nil, nil)
+	connect(t, a, b, ConnectOptions{})
+	for i := range 8 {
+		if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := <-da.Events()
+	if e.Type != EventCQError || e.CQ != cq {
+		t.Fatalf("event %+v", e)
+	}
+	if err := cq.Err(); !errors.Is(err, ErrCQOverflow) || cq.Overflows() == 0 {
+		t.Fatalf("Err %v, %d overflows", err, cq.Overflows())
+	}
+	if err := cq.Destroy(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("destroy CQ in use: %v", err)
+	}
+}
+
+func TestPollAllocs(t *testing.T) {
+	da, _ := pipeDevices(t, 1, noFaults, Config{})
+	cq, _ := da.CreateCQ(16)
+	wcs := make([]WC, 8)
+	wc := WC{ID: 1}
+	if n := testing.AllocsPerRun(100, func() {
+		cq.complete(&wc)
+		cq.Poll(wcs)
+	}); n != 0 {
+		t.Fatalf("%v allocations per completion and Poll", n)
+	}
+}
+
+// Registering a buffer that is registered already (the cache) versus a
+// fresh registration with pinning.
+func BenchmarkRegMR(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		size int
+	}{{"4KiB", 4 << 10}, {"1MiB", 1 << 20}} {
+		da, _ := pipeDevices(b, 1, noFaults, Config{})
+		pd, _ := da.AllocPD()
+		buf := make([]byte, c.size)
+		b.Run("cached/"+c.name, func(b *testing.B) {
+			keep, err := pd.RegMR(buf, AccessLocalWrite)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				m, _ := pd.RegMR(buf, AccessLocalWrite)
+				m.Dereg()
+			}
+			keep.Dereg()
+		})
+		b.Run("fresh/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := pd.RegMR(buf, AccessLocalWrite)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.Dereg()
+			}
+		})
+	}
+}
