@@ -27,9 +27,17 @@ type env struct {
 	stderr io.Writer
 }
 
-var commands = []command{
-	{"dump", "decode RoCE v2 packets from a pcap or pcapng capture", runDump},
-	{"version", "print the version", runVersion},
+// commands are the subcommands; each file that implements one registers it
+// from an init function.
+var commands []command
+
+// register adds a subcommand. It is called from init functions only.
+func register(name, summary string, run func(ctx context.Context, env *env, args []string) error) {
+	commands = append(commands, command{name: name, summary: summary, run: run})
+}
+
+func init() {
+	register("version", "print the version", runVersion)
 }
 
 // errUsage marks an error in the command line; the command exits with 2.

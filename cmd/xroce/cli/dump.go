@@ -38,6 +38,10 @@ const dumpExamples = `  xroce dump bth/testdata/01_rc_pingpong.pcap
   xroce dump -q capture.pcap                  # the summary only
   xroce dump -i eth0 -w roce.pcap             # live, until Ctrl-C; also saved for Wireshark`
 
+func init() {
+	register("dump", "decode RoCE v2 packets from a capture file or live from an interface", runDump)
+}
+
 type dumpOptions struct {
 	verbose   bool
 	hexdump   bool
