@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -18,7 +19,13 @@ import (
 // its own XDP program (for loss injection), returned in progs.
 func vethDevices(t *testing.T, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program) {
 	t.Helper()
-	p := netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
+	da, db, progs, _ = vethPair(t, cfg, steer)
+	return da, db, progs
+}
+
+func vethPair(t *testing.T, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program, p *netns.Pair) {
+	t.Helper()
+	p = netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
 	for i, h := range []*netns.Host{p.A, p.B} {
 		c := cfg
 		if c.Datapath == DatapathAuto {
@@ -57,7 +64,7 @@ func vethDevices(t *testing.T, cfg Config, steer bool) (da, db *Device, progs [2
 			db = d
 		}
 	}
-	return da, db, progs
+	return da, db, progs, p
 }
 
 func TestVethInfo(t *testing.T) {
@@ -211,4 +218,57 @@ func TestVethAFPacket(t *testing.T) {
 	}
 	a, b := rcPair(t, da, db, 1<<20)
 	testOps(t, a, b, []int{0, 5000, 1 << 20})
+}
+
+// Connection setup over TCP between the namespaces, with the rkey and
+// address of the server's buffer, then an RDMA WRITE into it.
+func TestVethConnectTCP(t *testing.T) {
+	da, db, _, p := vethPair(t, Config{}, false)
+	a, b := newSide(t, da, RC, 1<<16, nil, nil), newSide(t, db, RC, 1<<16, nil, nil)
+	var ln net.Listener
+	if err := p.B.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", p.B.IP.String()+":18515")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		le, _ := b.qp.LocalEndpoint(7, ConnectOptions{})
+		le.RKey, le.Addr = b.mr.RKey(), b.mr.Addr()
+		_, err = b.qp.ConnectTCP(ctx, c, false, le, XroceCodec, ConnectOptions{})
+		errc <- err
+	}()
+	var c net.Conn
+	if err := p.A.Do(func() (err error) {
+		c, err = net.Dial("tcp4", p.B.IP.String()+":18515")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	le, _ := a.qp.LocalEndpoint(9, ConnectOptions{})
+	remote, err := a.qp.ConnectTCP(ctx, c, true, le, XroceCodec, ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	fill(a.buf, 1)
+	if err := a.qp.PostSend(&SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, len(a.buf))},
+		RemoteAddr: remote.Addr, RKey: remote.RKey}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, a.cq, WCRDMAWrite, WCSuccess)
+	same(t, "write", b.buf, a.buf)
 }
