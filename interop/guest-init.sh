@@ -1,0 +1,278 @@
+#!/bin/bash
+# PID 1 of the interop VM (see interop/README.md). It runs the modes named in
+# XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap), writes
+# logs, captures and results.tsv to the 9p share mounted at /out, then powers
+# the VM off. Every test is one row of /out/results.tsv:
+#   NAME <tab> PASS|FAIL|SKIP <tab> SECONDS <tab> DETAIL
+# The host (interop/run) adds its own rows and prints the table.
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export LC_ALL=C
+
+poweroff_now() {
+	sync
+	echo o >/proc/sysrq-trigger
+	sleep 10
+}
+trap poweroff_now EXIT
+
+mountpoint -q /proc || mount -t proc proc /proc
+mountpoint -q /sys || mount -t sysfs sys /sys
+mountpoint -q /dev || mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+modprobe -a 9pnet_virtio 9p
+mkdir -p /out
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 out /out; then
+	echo "guest: cannot mount the 9p share"
+	exit 1
+fi
+mkdir -p /out/logs /out/pcap
+# The serial console gets a line per test; the rest goes to /out/logs.
+exec 2>>/out/logs/guest-init.txt
+echo "guest: up $(cut -d' ' -f1 /proc/uptime)s, kernel $(uname -r), modes ${XROCE_MODE:=selftest}"
+echo "$(cut -d' ' -f1 /proc/uptime)" >/out/boot-seconds
+
+RESULTS=/out/results.tsv
+now() { cut -d' ' -f1 /proc/uptime; }
+# result NAME STATUS T0 DETAIL: one row, seconds since T0.
+result() {
+	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk -v a="$3" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" "$4" >>"$RESULTS"
+	echo "guest: $2 $1 ($4)"
+}
+
+# wait_listen PORT: until a TCP socket listens on PORT (10 s at most).
+wait_listen() {
+	for _ in $(seq 100); do
+		ss -Hltn "sport = :$1" | grep -q . && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# detail FILE: the figures worth showing from a tool's output.
+detail() {
+	local l
+	# ibv_*_pingpong: "8192000 bytes in 0.75 seconds = 87.01 Mbit/sec"
+	l=$(grep -E 'bytes in .* seconds' "$1" | tail -1)
+	# perftest: the figures row under the "#bytes #iterations ..." header
+	[ -n "$l" ] || l=$(awk '
+		/#bytes.*BW average/ { getline; printf "%s B x %s: %s MB/s average, %s peak", $1, $2, $4, $3; exit }
+		/#bytes.*t_typical/ { getline; printf "%s B x %s: typical %s us, avg %s, min %s, max %s", $1, $2, $5, $6, $3, $4; exit }' "$1")
+	[ -n "$l" ] || l=$(grep -v '^ *$' "$1" | tail -1)
+	echo "$l" | tr '\t' ' ' | cut -c1-150
+}
+
+# pair NAME TIMEOUT SERVER_CMD... -- CLIENT_ARGS...: run the server, then the
+# same tool as a client against it; PASS when both exit 0.
+pair() {
+	local name=$1 to=$2 t0 srv=() cli=() spid src crc
+	shift 2
+	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	t0=$(now)
+	timeout -s KILL "$to" "${srv[@]}" >"/out/logs/$name.server.txt" 2>&1 &
+	spid=$!
+	if ! wait_listen 18515; then
+		kill -9 "$spid" 2>/dev/null
+		wait "$spid"
+		result "$name" FAIL "$t0" "server did not listen on 18515"
+		return
+	fi
+	timeout -s KILL "$to" "${cli[@]}" >"/out/logs/$name.client.txt" 2>&1
+	crc=$?
+	wait "$spid"
+	src=$?
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+		result "$name" PASS "$t0" "$(detail "/out/logs/$name.client.txt")"
+	else
+		result "$name" FAIL "$t0" "server exit $src, client exit $crc: $(grep -v '^ *$' "/out/logs/$name.client.txt" | tail -1 | cut -c1-100)"
+	fi
+}
+
+# veth_pair: vethA 198.18.0.1 (rxe0) and vethB 198.18.0.2 (rxe1), both in the
+# initial namespace (rxe 6.1 sends only from there), the wire forced between
+# them by policy routing on the output interface rxe looks routes up with.
+veth_pair() {
+	[ -e /sys/class/net/vethA ] && return 0
+	modprobe -a veth rdma_rxe ib_uverbs sch_netem
+	ip link set lo up
+	ip link add vethA type veth peer name vethB
+	ip addr add 198.18.0.1/24 dev vethA
+	ip addr add 198.18.0.2/24 dev vethB
+	ip link set vethA up
+	ip link set vethB up
+	local i
+	for i in all default vethA vethB; do
+		sysctl -qw "net.ipv4.conf.$i.accept_local=1" "net.ipv4.conf.$i.rp_filter=0"
+	done
+	ip rule add pref 100 lookup local
+	ip rule del pref 0 lookup local
+	ip rule add pref 10 oif vethA lookup 10
+	ip route add 198.18.0.0/24 dev vethA src 198.18.0.1 table 10
+	ip rule add pref 11 oif vethB lookup 11
+	ip route add 198.18.0.0/24 dev vethB src 198.18.0.2 table 11
+	ip neigh replace 198.18.0.2 lladdr "$(cat /sys/class/net/vethB/address)" dev vethA nud permanent
+	ip neigh replace 198.18.0.1 lladdr "$(cat /sys/class/net/vethA/address)" dev vethB nud permanent
+	rdma link add rxe0 type rxe netdev vethA
+	rdma link add rxe1 type rxe netdev vethB
+	for _ in $(seq 50); do
+		[ -s /sys/class/infiniband/rxe1/ports/1/gids/1 ] &&
+			! grep -q '^0000:0000:0000:0000:0000:0000:0000:0000$' /sys/class/infiniband/rxe1/ports/1/gids/1 && break
+		sleep 0.1
+	done
+	rdma link show
+	cat /sys/class/infiniband/rxe{0,1}/ports/1/gids/1
+}
+
+# capture NAME: tcpdump on vethA (it sees both directions) into /tmp.
+capture_start() {
+	tcpdump -i vethA -s 0 -B 65536 -w "/tmp/$1.pcap" udp port 4791 2>"/out/logs/$1.tcpdump.txt" &
+	TCPDUMP=$!
+	for _ in $(seq 50); do
+		grep -q 'listening on' "/out/logs/$1.tcpdump.txt" && break
+		sleep 0.1
+	done
+}
+capture_stop() {
+	sleep 0.5
+	kill -INT "$TCPDUMP"
+	wait "$TCPDUMP"
+	cp "/tmp/$1.pcap" "/out/pcap/$1.pcap"
+	rm -f "/tmp/$1.pcap"
+	grep -E 'captured|dropped' "/out/logs/$1.tcpdump.txt" | paste -sd' '
+}
+
+# rxe_tools PREFIX LOSSY: the standard tools between rxe0 (server) and rxe1.
+rxe_tools() {
+	local p=$1 lossy=$2 s
+	for s in 13 1024 4097 65536; do
+		pair "$p.rc_pingpong.s$s" 60 ibv_rc_pingpong -d rxe0 -g 1 -m 1024 -s "$s" -n 50 -c -- \
+			ibv_rc_pingpong -d rxe1 -g 1 -m 1024 -s "$s" -n 50 -c 198.18.0.1
+	done
+	if [ "$lossy" = 0 ]; then
+		pair "$p.ud_pingpong" 60 ibv_ud_pingpong -d rxe0 -g 1 -s 1000 -n 50 -c -- \
+			ibv_ud_pingpong -d rxe1 -g 1 -s 1000 -n 50 -c 198.18.0.1
+	else
+		result "$p.ud_pingpong" SKIP "$(now)" "UD is unreliable: ud_pingpong waits forever for a lost packet"
+	fi
+	pair "$p.srq_pingpong" 60 ibv_srq_pingpong -d rxe0 -g 1 -m 1024 -q 4 -n 50 -- \
+		ibv_srq_pingpong -d rxe1 -g 1 -m 1024 -q 4 -n 50 198.18.0.1
+	local pt=(-x 1 -F -n 100)
+	pair "$p.ib_write_bw" 90 ib_write_bw -d rxe0 "${pt[@]}" -- ib_write_bw -d rxe1 "${pt[@]}" 198.18.0.1
+	pair "$p.ib_read_bw" 90 ib_read_bw -d rxe0 "${pt[@]}" -- ib_read_bw -d rxe1 "${pt[@]}" 198.18.0.1
+	pair "$p.ib_send_bw" 90 ib_send_bw -d rxe0 "${pt[@]}" -- ib_send_bw -d rxe1 "${pt[@]}" 198.18.0.1
+	pair "$p.ib_atomic_bw" 90 ib_atomic_bw -d rxe0 "${pt[@]}" -- ib_atomic_bw -d rxe1 "${pt[@]}" 198.18.0.1
+	pair "$p.ib_write_lat" 90 ib_write_lat -d rxe0 -x 1 -F -n 200 -- ib_write_lat -d rxe1 -x 1 -F -n 200 198.18.0.1
+}
+
+mode_selftest() {
+	local t0
+	t0=$(now)
+	veth_pair
+	result selftest.setup PASS "$t0" "rxe0 vethA 198.18.0.1, rxe1 vethB 198.18.0.2, GID index 1 $(cat /sys/class/infiniband/rxe0/ports/1/gids/1)"
+	capture_start selftest
+	rxe_tools selftest 0
+	t0=$(now)
+	result selftest.tcpdump PASS "$t0" "$(capture_stop selftest)"
+	# The static xroce binary from the share runs in the guest too.
+	t0=$(now)
+	if [ -x /out/xroce ] && /out/xroce dump -q /out/pcap/selftest.pcap >/out/logs/selftest.guest-dump.txt 2>&1; then
+		result selftest.guest_xroce_dump PASS "$t0" "$(grep -E 'packets:' /out/logs/selftest.guest-dump.txt | tr -d '\n')"
+	else
+		result selftest.guest_xroce_dump FAIL "$t0" "$(tail -1 /out/logs/selftest.guest-dump.txt 2>/dev/null)"
+	fi
+}
+
+mode_loss() {
+	local t0
+	t0=$(now)
+	veth_pair
+	tc qdisc replace dev vethA root netem loss 1%
+	tc qdisc replace dev vethB root netem loss 1%
+	result loss.setup PASS "$t0" "netem loss 1% on vethA and vethB egress"
+	capture_start loss
+	rxe_tools loss 1
+	t0=$(now)
+	result loss.tcpdump PASS "$t0" "$(capture_stop loss)"
+	tc -s qdisc show dev vethA >/out/logs/loss.netem.txt
+	tc -s qdisc show dev vethB >>/out/logs/loss.netem.txt
+	tc qdisc del dev vethA root
+	tc qdisc del dev vethB root
+	local drops
+	drops=$(awk '/dropped/ { gsub(/[(),]/, ""); for (i = 1; i <= NF; i++) if ($i == "dropped") d += $(i+1) } END { print d + 0 }' /out/logs/loss.netem.txt)
+	if [ "$drops" -gt 0 ]; then
+		result loss.netem_drops PASS "$(now)" "$drops packets dropped by netem"
+	else
+		result loss.netem_drops FAIL "$(now)" "netem dropped nothing"
+	fi
+}
+
+# mode_tap: rxe on eth0 (the tap to the host), an ibv_rc_pingpong server for
+# the host's side-channel client. The host sees /out/tap.ready, runs its client
+# and answers with /out/tap.host-done.
+mode_tap() {
+	local t0 gid spid
+	t0=$(now)
+	modprobe -a virtio_net rdma_rxe ib_uverbs
+	ip link set lo up
+	for _ in $(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
+	ip addr add 198.18.1.2/24 dev eth0
+	ip link set eth0 up
+	rdma link add rxetap type rxe netdev eth0
+	for _ in $(seq 50); do
+		gid=$(cat /sys/class/infiniband/rxetap/ports/1/gids/1 2>/dev/null)
+		[ "$gid" = 0000:0000:0000:0000:0000:ffff:c612:0102 ] && break
+		sleep 0.1
+	done
+	{
+		ip -br addr show dev eth0
+		rdma link show
+		ibv_devinfo -v -d rxetap
+		echo "gid 1: $gid type $(cat /sys/class/infiniband/rxetap/ports/1/gid_attrs/types/1)"
+	} >/out/logs/tap.devinfo.txt 2>&1
+	if [ "$gid" = 0000:0000:0000:0000:0000:ffff:c612:0102 ]; then
+		result tap.gid PASS "$t0" "rxetap on eth0 (MTU $(cat /sys/class/net/eth0/mtu)): GID index 1 $gid ($(cat /sys/class/infiniband/rxetap/ports/1/gid_attrs/types/1)), active MTU $(awk '/active_mtu/ { print $2; exit }' /out/logs/tap.devinfo.txt)"
+	else
+		result tap.gid FAIL "$t0" "GID index 1 is '$gid', want ::ffff:198.18.1.2"
+	fi
+
+	t0=$(now)
+	if ping -c 3 -i 0.2 -W 2 198.18.1.1 >/out/logs/tap.ping.txt 2>&1; then
+		result tap.ping PASS "$t0" "$(grep -E 'packets transmitted' /out/logs/tap.ping.txt)"
+	else
+		result tap.ping FAIL "$t0" "$(grep -E 'packets transmitted' /out/logs/tap.ping.txt)"
+	fi
+
+	t0=$(now)
+	timeout -s KILL 120 stdbuf -oL ibv_rc_pingpong -d rxetap -g 1 -n 5 -s 64 >/out/logs/tap.server.txt 2>&1 &
+	spid=$!
+	if ! wait_listen 18515; then
+		result tap.rc_pingpong_server FAIL "$t0" "server did not listen on 18515"
+		kill -9 "$spid"
+		wait "$spid"
+		return
+	fi
+	touch /out/tap.ready
+	for _ in $(seq 600); do [ -e /out/tap.host-done ] && break; sleep 0.1; done
+	# The server has moved its QP to RTR/RTS and printed the remote address; it
+	# now waits for SENDs the host cannot make yet.
+	sleep 1
+	kill -9 "$spid" 2>/dev/null
+	wait "$spid"
+	if grep -q 'remote address: LID 0x0000, QPN 0x[0-9a-f]*, PSN 0x[0-9a-f]*, GID ::ffff:198.18.1.1' /out/logs/tap.server.txt; then
+		result tap.rc_pingpong_server PASS "$t0" "$(grep 'remote address' /out/logs/tap.server.txt | sed 's/^ *//')"
+	else
+		result tap.rc_pingpong_server FAIL "$t0" "no remote address line: $(tail -1 /out/logs/tap.server.txt)"
+	fi
+}
+
+for m in ${XROCE_MODE//,/ }; do
+	t0=$(now)
+	case $m in
+	selftest | loss | tap) "mode_$m" ;;
+	*) result "$m" FAIL "$t0" "unknown mode" ;;
+	esac
+	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds
+done
+echo "guest: done at $(now)s"

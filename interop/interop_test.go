@@ -1,0 +1,29 @@
+package interop
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// TestInterop runs interop/run (mode XROCE_INTEROP_MODE, default all) when
+// XROCE_INTEROP=1. A cold run builds the guest image first: give it
+// -timeout 30m.
+func TestInterop(t *testing.T) {
+	if os.Getenv("XROCE_INTEROP") != "1" {
+		t.Skip("set XROCE_INTEROP=1 to boot the rxe VM (root; about 1.5 min cached, 3.5 min cold)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("interop/run needs root: network namespaces, a tap, debootstrap")
+	}
+	mode := os.Getenv("XROCE_INTEROP_MODE")
+	if mode == "" {
+		mode = "all"
+	}
+	cmd := exec.Command("./run", mode)
+	cmd.Stdout = t.Output()
+	cmd.Stderr = t.Output()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("interop/run %s: %v", mode, err)
+	}
+}
