@@ -1,0 +1,49 @@
+// Package roce is xroce's verbs API: RoCE v2 (RDMA over Converged Ethernet
+// version 2, IBTA Vol. 1 Release 1.4 Annex A17) devices, protection
+// domains, memory regions, completion queues, queue pairs and shared
+// receive queues in user space, over AF_XDP (package xdp), AF_PACKET
+// (package afpacket) or any link.Link, after the verbs of IBTA Vol. 1
+// chapter 11 and libibverbs. The transport itself is package qp's engine.
+//
+// # Devices and workers
+//
+// Open attaches to a network interface: AF_XDP sockets, one per NIC queue,
+// fed by package bpf's XDP program, or one AF_PACKET socket when AF_XDP is
+// not available; Info says which datapath and mode it got. NewDevice does
+// the same over links the caller made, such as link.NewPipe in tests.
+//
+// Each link has one worker goroutine that owns it and a qp.Engine. QPs are
+// sharded to workers by QP number (QPN modulo the number of workers; QPs on
+// an SRQ share its worker); a frame that arrives on another queue than its
+// QP's is copied to the right worker. The worker loop receives a batch with
+// a timeout that ends at the engine's next deadline (ACK timeouts, RNR
+// waits), gives it to the engine, transmits what the engine has ready, and
+// sleeps again. Calls from other goroutines (posting, modifying) take the
+// worker's lock, which it holds for each batch and not per packet, and wake
+// it only when it sleeps. Config.BusyPoll makes the workers spin instead.
+//
+// # Resources
+//
+// Memory regions are Go byte slices pinned with mlock for their lifetime
+// (pages shared by several regions are counted); keys are slot<<8 | an
+// 8-bit key that changes on each registration of the slot. Registering a
+// buffer that is registered already with the same rights returns the same
+// region (the registration cache, see BenchmarkRegMR). Dereg fails with
+// ErrBusy while posted work requests reference the region. Keys are looked
+// up by the workers without locks.
+//
+// CQs are rings filled by the workers: Poll copies completions into the
+// caller's slice without allocating, Wait blocks with a context, Notify
+// gives a channel. A full CQ counts the lost completions and raises
+// EventCQError on Events; it never drops them silently.
+//
+// # Addresses and connections
+//
+// The GID table is built as rxe builds it: index 0 is the link-local
+// fe80::/64 address made from the MAC, then the interface's addresses,
+// IPv4 ones as ::ffff:a.b.c.d. Resolve finds a peer's MAC through the
+// kernel (route, then neighbour, triggering ARP or NDP when the entry is
+// missing). QP.Connect brings a QP to RTS towards an Endpoint, and
+// ConnectTCP swaps Endpoints over TCP with the exchange of ibv_rc_pingpong
+// (PingpongCodec) or with an rkey and address too (XroceCodec).
+package roce
