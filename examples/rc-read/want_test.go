@@ -1,0 +1,3 @@
+package main
+
+var wantOutput = []string{`client: read 1048576 bytes: "xroce reads this remotely. "`, "server: buffer read by the client"}
