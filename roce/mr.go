@@ -92,7 +92,28 @@ func (m *MR) SGE(off, n int) SGE {
 	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.key}
 }
 
-// contains reports whether [addr, addr+n) is inside the region.
+// Sync orders the caller's accesses to the region with the device's, in
+// the sense of the Go memory model. The workers read and write registered
+// memory when a peer's READ, WRITE or atomic arrives, and what tells the
+// caller that such an operation finished (a message from the peer, often
+// through the kernel) is not a synchronization the Go race detector sees.
+// Call Sync after learning that a peer's one-sided operation completed and
+// before reading the region, and after writing data a peer will read or
+// modify. Completions on a CQ need no Sync: polling one synchronizes with
+// the worker that produced it. Sync waits for each worker's current batch.
+func (m *MR) Sync() { m.pd.d.sync() }
+
+// sync waits for the batch each worker is running.
+func (d *Device) sync() {
+	for _, w := range d.workers {
+		w.mu.Lock()
+		//lint:ignore SA2001 an empty critical section is the point
+		w.mu.Unlock()
+	}
+}
+
+// slice returns the bytes [addr, addr+n) of the region, false if they are
+// not all inside it.
 func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
 	if addr < m.addr {
 		return nil, false
@@ -238,11 +259,7 @@ func (m *MR) Dereg() error {
 	// A worker may be in the middle of a batch with a slice of the region
 	// it looked up before the key was removed: wait for its batch to end.
 	if !d.isClosed() {
-		for _, w := range d.workers {
-			w.mu.Lock()
-			//lint:ignore SA2001 an empty critical section is the barrier
-			w.mu.Unlock()
-		}
+		d.sync()
 	}
 	return nil
 }

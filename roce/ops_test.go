@@ -32,6 +32,7 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 			for _, op := range []WROpcode{WRRDMAWrite, WRRDMAWriteWithImm} {
 				fill(a.buf[:n], uint64(n)*3+uint64(op))
 				clear(b.buf[:n])
+				b.mr.Sync()
 				if op == WRRDMAWriteWithImm {
 					if err := b.qp.PostRecv(&RecvWR{ID: 3}); err != nil {
 						t.Fatal(err)
@@ -49,10 +50,12 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 						t.Fatalf("write with imm: %+v", wc)
 					}
 				}
+				b.mr.Sync()
 				same(t, op.String(), b.buf[:n], a.buf[:n])
 			}
 			// RDMA READ from b.
 			fill(b.buf[:n], uint64(n)*5)
+			b.mr.Sync()
 			clear(a.buf[:n])
 			if err := a.qp.PostSend(&SendWR{ID: 5, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, n)},
 				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
@@ -64,6 +67,7 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 	}
 	t.Run("atomics", func(t *testing.T) {
 		binary.LittleEndian.PutUint64(b.buf[8:], 40)
+		b.mr.Sync()
 		post := func(wr SendWR) uint64 {
 			wr.Flags, wr.SGL, wr.RemoteAddr, wr.RKey = SendSignaled, []SGE{a.mr.SGE(0, 8)}, b.mr.Addr()+8, b.mr.RKey()
 			if err := a.qp.PostSend(&wr); err != nil {
@@ -85,6 +89,7 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 		if old := post(SendWR{Opcode: WRAtomicCmpAndSwp, CompareAdd: 42, Swap: 9}); old != 7 {
 			t.Fatalf("failing CMP_SWAP returned %d, want 7", old)
 		}
+		b.mr.Sync()
 		if v := binary.LittleEndian.Uint64(b.buf[8:]); v != 7 {
 			t.Fatalf("remote value %d, want 7", v)
 		}

@@ -82,6 +82,7 @@ func manyQPs(t *testing.T, da, db *Device, nqp, size int) {
 		t.Fatal(err)
 	}
 	for i := range nqp {
+		bs[i].mr.Sync()
 		same(t, fmt.Sprint("qp ", i), bs[i].buf, as[i].buf)
 	}
 	workers := map[*worker]int{}

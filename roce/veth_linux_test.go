@@ -149,6 +149,7 @@ func TestVethBig(t *testing.T) {
 			t.Fatal(err)
 		}
 		want(t, a.cq, WCRDMAWrite, WCSuccess)
+		b.mr.Sync()
 		hb.Write(b.buf)
 	}
 	el := time.Since(start)
@@ -270,5 +271,6 @@ func TestVethConnectTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(t, a.cq, WCRDMAWrite, WCSuccess)
+	b.mr.Sync()
 	same(t, "write", b.buf, a.buf)
 }

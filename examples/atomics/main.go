@@ -41,12 +41,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer s.Close()
 	if s.Server {
 		binary.LittleEndian.PutUint64(s.Buf, 100) // atomics use host (little-endian) order
+		s.MR.Sync()                               // the device's workers will update it for the peer
 		if err := s.Done(); err != nil {
 			return err
 		}
 		if err := s.WaitDone(ctx); err != nil {
 			return err
 		}
+		s.MR.Sync() // the peer is done: see what the workers wrote
 		fmt.Fprintf(out, "server: counter is %d\n", binary.LittleEndian.Uint64(s.Buf))
 		return nil
 	}

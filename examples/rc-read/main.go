@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		for i := 0; i < len(s.Buf); i += len(pattern) {
 			copy(s.Buf[i:], pattern)
 		}
+		s.MR.Sync()                      // the device's workers will read it for the peer
 		if err := s.Done(); err != nil { // filled
 			return err
 		}
