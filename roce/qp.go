@@ -540,6 +540,9 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	w.mu.Lock()
 	if s.dead || w.stop {
 		w.mu.Unlock()
+		if w.stop {
+			return fmt.Errorf("post srq recv: %w", ErrClosed)
+		}
 		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
 	}
 	s.refs.push(w.d, wr.ID, true, wr.SGL)

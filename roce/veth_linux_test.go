@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/internal/netns"
 )
@@ -17,13 +19,13 @@ import (
 // vethDevices opens a device on each end of a veth pair between two new
 // network namespaces, with AF_XDP on 2 queues. With steer, each end gets
 // its own XDP program (for loss injection), returned in progs.
-func vethDevices(t *testing.T, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program) {
+func vethDevices(t testing.TB, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program) {
 	t.Helper()
 	da, db, progs, _ = vethPair(t, cfg, steer)
 	return da, db, progs
 }
 
-func vethPair(t *testing.T, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program, p *netns.Pair) {
+func vethPair(t testing.TB, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program, p *netns.Pair) {
 	t.Helper()
 	p = netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
 	for i, h := range []*netns.Host{p.A, p.B} {
@@ -273,4 +275,91 @@ func TestVethConnectTCP(t *testing.T) {
 	want(t, a.cq, WCRDMAWrite, WCSuccess)
 	b.mr.Sync()
 	same(t, "write", b.buf, a.buf)
+}
+
+// Blocking mode only: busy polling needs a core per worker, and these
+// benchmarks run both devices on one machine (2 cores here).
+func BenchmarkVethWrite(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			da, db, _ := vethDevices(b, Config{Queues: 1}, false)
+			a, r := rcPair(b, da, db, size)
+			benchWrite(b, a, r, size, 16)
+		})
+	}
+}
+
+func BenchmarkVethPingPong(b *testing.B) {
+	da, db, _ := vethDevices(b, Config{Queues: 1}, false)
+	a, r := rcPair(b, da, db, 64)
+	benchPingPong(b, a, r, 64)
+}
+
+// Close with writes in flight over AF_XDP: every request is flushed and
+// the device lets go of everything (a new device opens on the same queues).
+func TestVethCloseInFlight(t *testing.T) {
+	da, db, _, p := vethPair(t, Config{}, false)
+	a, b := rcPair(t, da, db, 1<<20)
+	for i := range 32 {
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Millisecond)
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var wcs [64]WC
+	n := a.cq.Poll(wcs[:])
+	flushed := 0
+	for _, wc := range wcs[:n] {
+		if wc.Status == WCWRFlushErr {
+			flushed++
+		} else if wc.Status != WCSuccess {
+			t.Fatalf("completion %v", wc.Status)
+		}
+	}
+	if n != 32 || flushed == 0 {
+		t.Fatalf("%d completions, %d flushed; want 32, some flushed", n, flushed)
+	}
+	if s := da.Stats(); s.MRs != 0 || s.PinnedPages != 0 {
+		t.Fatalf("after Close: %d MRs, %d pinned pages", s.MRs, s.PinnedPages)
+	}
+	err := p.A.Do(func() error {
+		d, err := Open(p.A.Ifname, Config{Datapath: DatapathXDP})
+		if err != nil {
+			return err
+		}
+		return d.Close()
+	})
+	if err != nil {
+		t.Fatalf("reopen after Close: %v", err)
+	}
+}
+
+// A region over mmap'd memory, written by the peer.
+func TestVethMmapMR(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	a, b := rcPair(t, da, db, 1<<16)
+	mem, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	mr, err := b.pd.RegMR(mem, AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(a.buf, 3)
+	if err := a.qp.PostSend(&SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<16)},
+		RemoteAddr: mr.Addr() + 4096, RKey: mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, a.cq, WCRDMAWrite, WCSuccess)
+	mr.Sync()
+	same(t, "mmap region", mem[4096:4096+1<<16], a.buf)
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
 }

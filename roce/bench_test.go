@@ -1,0 +1,99 @@
+package roce
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchWrite streams RDMA WRITEs of size bytes from a to r, keeping up to
+// depth of them outstanding; one operation is one WRITE.
+func benchWrite(b *testing.B, a, r *side, size, depth int) {
+	b.ReportAllocs()
+	b.SetBytes(int64(size))
+	outstanding := 0
+	var wcs [16]WC
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	wr := &SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)}, RemoteAddr: r.mr.Addr(), RKey: r.mr.RKey()}
+	reap := func() {
+		for {
+			n := a.cq.Poll(wcs[:])
+			for _, wc := range wcs[:n] {
+				if wc.Status != WCSuccess {
+					b.Fatal(wc.Status)
+				}
+			}
+			outstanding -= n
+			if n > 0 {
+				return
+			}
+			timer.Reset(10 * time.Second)
+			select {
+			case <-a.cq.Notify():
+			case <-timer.C:
+				b.Fatal("no completion in 10 s")
+			}
+		}
+	}
+	for b.Loop() {
+		if outstanding == depth {
+			reap()
+		}
+		if err := a.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		outstanding++
+	}
+	for outstanding > 0 {
+		reap()
+	}
+	b.ReportMetric(float64(b.N)*float64(size)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+}
+
+// benchPingPong measures the round trip of a size-byte SEND and its answer.
+func benchPingPong(b *testing.B, a, r *side, size int) {
+	b.ReportAllocs()
+	for i := range 2 {
+		r.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{r.mr.SGE(0, size)}})
+		a.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{a.mr.SGE(0, size)}})
+	}
+	send := func(s *side) {
+		if err := s.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{s.mr.SGE(0, size)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	recv := func(s *side) {
+		var wc [1]WC
+		for s.cq.Poll(wc[:]) == 0 {
+			<-s.cq.Notify()
+		}
+		if wc[0].Status != WCSuccess {
+			b.Fatal(wc[0].Status)
+		}
+		s.qp.PostRecv(&RecvWR{SGL: []SGE{s.mr.SGE(0, size)}})
+	}
+	for b.Loop() {
+		send(a)
+		recv(r)
+		send(r)
+		recv(a)
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/roundtrip")
+}
+
+func BenchmarkPipeWrite(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			da, db := pipeDevices(b, 1, noFaults, Config{})
+			a, r := rcPair(b, da, db, size)
+			benchWrite(b, a, r, size, 16)
+		})
+	}
+}
+
+func BenchmarkPipePingPong(b *testing.B) {
+	da, db := pipeDevices(b, 1, noFaults, Config{})
+	a, r := rcPair(b, da, db, 64)
+	benchPingPong(b, a, r, 64)
+}
