@@ -358,6 +358,7 @@ type Stats struct {
 	MRs                        int // registered memory regions
 	PinnedPages                int
 	LinkRxFrames, LinkTxFrames uint64 // frames the links moved
+	LinkRxBytes, LinkTxBytes   uint64
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -389,6 +390,8 @@ func (d *Device) Stats() Stats {
 		s.Links = append(s.Links, ls)
 		s.LinkRxFrames += ls.RxFrames
 		s.LinkTxFrames += ls.TxFrames
+		s.LinkRxBytes += ls.RxBytes
+		s.LinkTxBytes += ls.TxBytes
 	}
 	s.EventsDropped = d.eventsDropped.Load()
 	d.mu.Lock()

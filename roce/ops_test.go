@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
-	"time"
 )
 
 // testOps runs every operation at each size between a and b.
@@ -100,5 +99,10 @@ func TestPipeOps(t *testing.T) {
 	da, db := pipeDevices(t, 1, noFaults, Config{})
 	a, b := rcPair(t, da, db, 1<<20)
 	testOps(t, a, b, []int{0, 1, 1023, 1024, 1025, 4096, 65536, 1 << 20})
-	_ = time.Second
+	if s := b.qp.Stats(); s.RecvCompletions != 8*3 || s.RecvErrors != 0 {
+		t.Fatalf("receiver's QP stats %+v, want 24 receive completions", s)
+	}
+	if s := a.qp.Stats(); s.SendCompletions != 8*5+3 || s.SendErrors != 0 {
+		t.Fatalf("sender's QP stats %+v, want 43 send completions", s)
+	}
 }

@@ -231,6 +231,9 @@ func TestPipePeerVanishes(t *testing.T) {
 	if st := a.qp.State(); st != StateErr {
 		t.Fatalf("QP in %v, want ERR", st)
 	}
+	if s := a.qp.Stats(); s.SendErrors != 1 || s.LastError != WCRetryExcErr {
+		t.Fatalf("QP stats %+v", s)
+	}
 	select {
 	case e := <-da.Events():
 		if e.Type != EventQPFatal || e.QPN != a.qp.QPN() {

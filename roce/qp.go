@@ -2,6 +2,7 @@ package roce
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/xroce/xroce/qp"
 )
@@ -34,6 +35,35 @@ type QP struct {
 	sq, rq    refRing
 	destroyed bool
 	fatal     bool // an EventQPFatal was raised
+
+	stats qpCounters
+}
+
+// qpCounters are a QP's completion counters, written by its worker.
+type qpCounters struct {
+	sendOK, sendErr, recvOK, recvErr, recvBytes atomic.Uint64
+	lastErr                                     atomic.Uint32
+}
+
+// QPStats are a QP's counters, from its completions. Packet-level counters
+// (retransmits, NAKs, duplicates) are kept per device: see Device.Stats.
+type QPStats struct {
+	SendCompletions uint64   // successful send-queue completions
+	SendErrors      uint64   // send-queue completions with an error (flushes included)
+	RecvCompletions uint64   // successful receive completions
+	RecvErrors      uint64   // receive completions with an error (flushes included)
+	RecvBytes       uint64   // bytes of successful receive completions
+	LastError       WCStatus // status of the latest failed completion, WCSuccess if none
+}
+
+// Stats returns the QP's counters; it may be called from any goroutine.
+func (q *QP) Stats() QPStats {
+	c := &q.stats
+	return QPStats{
+		SendCompletions: c.sendOK.Load(), SendErrors: c.sendErr.Load(),
+		RecvCompletions: c.recvOK.Load(), RecvErrors: c.recvErr.Load(),
+		RecvBytes: c.recvBytes.Load(), LastError: WCStatus(c.lastErr.Load()),
+	}
 }
 
 // refRing remembers, per outstanding work request in posting order, the
@@ -121,6 +151,7 @@ type recvSink QP
 func (s *sendSink) Complete(wc *qp.WC) {
 	q := (*QP)(s)
 	if wc.Status == qp.WCSuccess {
+		q.stats.sendOK.Add(1)
 		// Completions come in order; unsignaled requests before this
 		// one completed silently.
 		for {
@@ -130,6 +161,8 @@ func (s *sendSink) Complete(wc *qp.WC) {
 			}
 		}
 	} else {
+		q.stats.sendErr.Add(1)
+		q.stats.lastErr.Store(uint32(wc.Status))
 		q.sq.pop()
 		q.w.dirty = append(q.w.dirty, q)
 	}
@@ -145,7 +178,12 @@ func (s *recvSink) Complete(wc *qp.WC) {
 		q.rq.pop()
 	}
 	if wc.Status != qp.WCSuccess {
+		q.stats.recvErr.Add(1)
+		q.stats.lastErr.Store(uint32(wc.Status))
 		q.w.dirty = append(q.w.dirty, q)
+	} else {
+		q.stats.recvOK.Add(1)
+		q.stats.recvBytes.Add(uint64(wc.ByteLen))
 	}
 	q.cfg.RecvCQ.complete(wc)
 }
