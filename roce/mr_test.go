@@ -3,6 +3,7 @@ package roce
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestMRKeys(t *testing.T) {
@@ -201,5 +202,39 @@ func BenchmarkRegMR(b *testing.B) {
 				m.Dereg()
 			}
 		})
+	}
+}
+
+// Unsignaled requests, many more than the queue depth: their references
+// go once a later signaled request completes, and Dereg works again.
+func TestUnsignaledRefs(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 4096)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 1000; {
+		err := a.qp.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		switch {
+		case err == nil:
+			i++
+		case errors.Is(err, ErrQueueFull) && time.Now().Before(deadline):
+			time.Sleep(100 * time.Microsecond)
+		default:
+			t.Fatal(err)
+		}
+	}
+	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.mr.Dereg(); !errors.Is(err, ErrBusy) {
+		t.Logf("dereg with a request outstanding: %v (it may have completed already)", err)
+		return
+	}
+	want(t, a.cq, WCRDMAWrite, WCSuccess)
+	if n := a.mr.inflight.Load(); n != 0 {
+		t.Fatalf("%d references left", n)
+	}
+	if err := a.mr.Dereg(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -90,7 +90,10 @@ func newRefRing(n, sge int) refRing {
 
 func (r *refRing) push(d *Device, id uint64, signaled bool, sgl []SGE) {
 	if r.tail-r.head >= uint32(len(r.e)) {
-		return // cannot happen: the engine refused a full queue
+		// The engine took the request, so its queue had room: the oldest
+		// entry has completed (unsignaled, or an SRQ request whose QP
+		// went away).
+		r.pop()
 	}
 	e := &r.e[r.tail%uint32(len(r.e))]
 	e.id, e.signaled = id, signaled
@@ -391,13 +394,11 @@ func (q *QP) PostSend(wr *SendWR) error {
 		return fmt.Errorf("post send on qp %#x: %w", q.qpn, err)
 	}
 	st := q.q.State()
-	q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
+	// No completion can come before push: only this goroutine holds w.mu,
+	// and the engine completes at once only in ERR and SQE (flushing).
 	err := q.q.PostSend(wr)
-	if err != nil {
-		q.sq.tail-- // refused: take the references back
-		q.sq.e[q.sq.tail%uint32(len(q.sq.e))].release()
-	} else if st == qp.StateErr || st == qp.StateSQE {
-		q.sq.clear() // flushed at once
+	if err == nil && st != qp.StateErr && st != qp.StateSQE {
+		q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -405,14 +406,6 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	w.kick()
 	return nil
-}
-
-func (e *refEntry) release() {
-	for i, m := range e.mrs {
-		m.inflight.Add(-1)
-		e.mrs[i] = nil
-	}
-	e.mrs = e.mrs[:0]
 }
 
 // PostRecv posts a receive work request (ibv_post_recv); the SGL is copied.
@@ -427,11 +420,10 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		w.mu.Unlock()
 		return fmt.Errorf("post recv on qp %#x: it uses an SRQ: %w", q.qpn, ErrState)
 	}
-	q.rq.push(w.d, wr.ID, true, wr.SGL)
+	st := q.q.State()
 	err := q.q.PostRecv(wr)
-	if err != nil {
-		q.rq.tail--
-		q.rq.e[q.rq.tail%uint32(len(q.rq.e))].release()
+	if err == nil && st != qp.StateErr {
+		q.rq.push(w.d, wr.ID, true, wr.SGL)
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -583,11 +575,9 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 		}
 		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
 	}
-	s.refs.push(w.d, wr.ID, true, wr.SGL)
 	err := s.s.PostRecv(wr)
-	if err != nil {
-		s.refs.tail--
-		s.refs.e[s.refs.tail%uint32(len(s.refs.e))].release()
+	if err == nil {
+		s.refs.push(w.d, wr.ID, true, wr.SGL)
 	}
 	w.mu.Unlock()
 	if err != nil {
