@@ -208,9 +208,10 @@ mode_loss() {
 	fi
 }
 
-# mode_tap: rxe on eth0 (the tap to the host), an ibv_rc_pingpong server for
-# the host's side-channel client. The host sees /out/tap.ready, runs its client
-# and answers with /out/tap.host-done.
+# mode_tap: rxe on eth0 (the tap to the host). First an ibv_rc_pingpong
+# server for the host's side-channel client: the host sees /out/tap.ready, runs
+# its client and answers with /out/tap.host-done. Then an ibv_rc_pingpong
+# client against the host's side-channel server.
 mode_tap() {
 	local t0 gid spid
 	t0=$(now)
@@ -264,6 +265,22 @@ mode_tap() {
 		result tap.rc_pingpong_server PASS "$t0" "$(grep 'remote address' /out/logs/tap.server.txt | sed 's/^ *//')"
 	else
 		result tap.rc_pingpong_server FAIL "$t0" "no remote address line: $(tail -1 /out/logs/tap.server.txt)"
+	fi
+
+	# The other role: an ibv_rc_pingpong client against the host's ppexch
+	# -listen. After the exchange it sends its first SEND to the host's QP over
+	# the tap and retransmits it, unanswered, until it is stopped.
+	t0=$(now)
+	timeout -s KILL 60 stdbuf -oL ibv_rc_pingpong -d rxetap -g 1 -n 5 -s 64 198.18.1.1 >/out/logs/tap.client.txt 2>&1 &
+	spid=$!
+	for _ in $(seq 200); do grep -q 'remote address' /out/logs/tap.client.txt && break; sleep 0.1; done
+	sleep 2
+	kill -9 "$spid" 2>/dev/null
+	wait "$spid"
+	if grep -q 'remote address: LID 0x0000, QPN 0x000456, PSN 0x00cdef, GID ::ffff:198.18.1.1' /out/logs/tap.client.txt; then
+		result tap.rc_pingpong_client PASS "$t0" "$(grep 'remote address' /out/logs/tap.client.txt | sed 's/^ *//'); SENDs left for the host"
+	else
+		result tap.rc_pingpong_client FAIL "$t0" "no remote address line: $(tail -1 /out/logs/tap.client.txt)"
 	fi
 }
 
