@@ -24,7 +24,9 @@ type Endpoint struct {
 // ConnectOptions are the attributes Connect sets. Zero values mean the
 // defaults of ibv_rc_pingpong.
 type ConnectOptions struct {
-	GIDIndex    int    // local GID used as source; 0 means the first IPv4-mapped one, else the link-local
+	// GIDIndex is the GID LocalEndpoint advertises: i > 0 is GID i; 0
+	// means the first IPv4-mapped GID, or GID 0 (link-local) if none.
+	GIDIndex    int
 	Access      Access // remote operations allowed to the peer; 0 means remote read, write and atomic
 	Timeout     int    // local ACK timeout, 4.096 µs × 2^Timeout; 0 means 14 (67 ms), < 0 means wait forever
 	RetryCnt    int    // 0 means 7 (forever, as rxe); < 0 means no retry
@@ -61,25 +63,24 @@ func (o ConnectOptions) withDefaults() ConnectOptions {
 }
 
 // LocalEndpoint describes q for its peer: QPN, the given first PSN, the
-// GID opts.GIDIndex selects and the active MTU.
+// GID that opts.GIDIndex selects and the device's active MTU.
 func (q *QP) LocalEndpoint(psn uint32, opts ConnectOptions) (Endpoint, error) {
-	gid, err := q.w.d.sourceGID(opts.GIDIndex)
-	if err != nil {
-		return Endpoint{}, err
-	}
-	return Endpoint{QPN: q.qpn, PSN: psn & bth.PSNMask, GID: gid, MTU: q.w.d.info.ActiveMTU}, nil
-}
-
-func (d *Device) sourceGID(i int) (netip.Addr, error) {
-	if i != 0 {
-		return d.GID(i)
+	d := q.w.d
+	e := Endpoint{QPN: q.qpn, PSN: psn & bth.PSNMask, MTU: d.info.ActiveMTU}
+	if opts.GIDIndex != 0 {
+		g, err := d.GID(opts.GIDIndex)
+		e.GID = g
+		return e, err
 	}
 	for _, g := range d.gids {
 		if g.Is4In6() {
-			return g, nil
+			e.GID = g
+			return e, nil
 		}
 	}
-	return d.GID(0)
+	g, err := d.GID(0)
+	e.GID = g
+	return e, err
 }
 
 // Connect moves q from RESET to RTS towards remote (RC and UC), or to RTS

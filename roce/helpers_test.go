@@ -24,9 +24,15 @@ var (
 // pipeDevices returns two devices joined by n pipes (n workers each).
 func pipeDevices(t testing.TB, n int, f link.Faults, cfg Config) (*Device, *Device) {
 	t.Helper()
+	return pipeDevicesSeed(t, n, f, cfg, 0)
+}
+
+// pipeDevicesSeed is pipeDevices with the pipes' fault seeds starting at seed+1.
+func pipeDevicesSeed(t testing.TB, n int, f link.Faults, cfg Config, seed uint64) (*Device, *Device) {
+	t.Helper()
 	var la, lb []link.Link
 	for i := range n {
-		a, b := link.NewPipe(link.PipeConfig{Seed: uint64(i + 1), AtoB: f, BtoA: f, Buffers: 2048, MACA: macA, MACB: macB})
+		a, b := link.NewPipe(link.PipeConfig{Seed: seed + uint64(i+1), AtoB: f, BtoA: f, Buffers: 2048, MACA: macA, MACB: macB})
 		la, lb = append(la, a), append(lb, b)
 	}
 	ca, cb := cfg, cfg
@@ -85,14 +91,8 @@ func newSide(t testing.TB, d *Device, typ QPType, size int, srq *SRQ, pd *PD) *s
 func connect(t testing.TB, a, b *side, opts ConnectOptions) {
 	t.Helper()
 	ctx := context.Background()
-	ea, err := a.qp.LocalEndpoint(rand.Uint32(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := b.qp.LocalEndpoint(rand.Uint32(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ea, _ := a.qp.LocalEndpoint(rand.Uint32(), opts)
+	eb, _ := b.qp.LocalEndpoint(rand.Uint32(), opts)
 	if err := a.qp.Connect(ctx, ea, eb, opts); err != nil {
 		t.Fatal(err)
 	}

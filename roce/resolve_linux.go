@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -81,23 +82,35 @@ func (d *Device) Resolve(ctx context.Context, dst netip.Addr) (AddressVector, er
 	if r.nl == nil {
 		return av, fmt.Errorf("resolve %v: no neighbour entry and no kernel to ask: %w", dst, ErrUnreachable)
 	}
-	routes, err := r.nl.RouteGet(net.IP(dst.AsSlice()))
-	if err != nil || len(routes) == 0 {
-		return av, fmt.Errorf("resolve %v: no route: %w: %v", dst, ErrUnreachable, err)
-	}
-	rt := routes[0]
-	if rt.LinkIndex != r.ifindex {
-		return av, fmt.Errorf("resolve %v: route goes through interface %d, not %s: %w", dst, rt.LinkIndex, d.info.Name, ErrUnreachable)
-	}
-	if src, ok := netip.AddrFromSlice(rt.Src); ok && src.IsValid() {
-		av.SrcIP = src.Unmap()
+	hop := dst
+	if dst.Is6() && dst.IsLinkLocalUnicast() {
+		// On the link by definition: no route to look up; the source
+		// is the device's link-local GID.
+		av.SrcIP = netip.Addr{}
+		for _, a := range d.local {
+			if a.Is6() && a.IsLinkLocalUnicast() {
+				av.SrcIP = a
+				break
+			}
+		}
+	} else {
+		routes, err := r.nl.RouteGet(net.IP(dst.AsSlice()))
+		if err != nil || len(routes) == 0 {
+			return av, fmt.Errorf("resolve %v: no route: %w: %v", dst, ErrUnreachable, err)
+		}
+		rt := routes[0]
+		if rt.LinkIndex != r.ifindex {
+			return av, fmt.Errorf("resolve %v: route goes through interface %d, not %s: %w", dst, rt.LinkIndex, d.info.Name, ErrUnreachable)
+		}
+		if src, ok := netip.AddrFromSlice(rt.Src); ok && src.IsValid() {
+			av.SrcIP = src.Unmap()
+		}
+		if gw, ok := netip.AddrFromSlice(rt.Gw); ok && gw.IsValid() && !gw.IsUnspecified() {
+			hop = gw.Unmap()
+		}
 	}
 	if !av.SrcIP.IsValid() {
 		return av, fmt.Errorf("resolve %v: no source address: %w", dst, ErrUnreachable)
-	}
-	hop := dst
-	if gw, ok := netip.AddrFromSlice(rt.Gw); ok && gw.IsValid() && !gw.IsUnspecified() {
-		hop = gw.Unmap()
 	}
 	family := unix.AF_INET
 	if hop.Is6() {
@@ -137,7 +150,13 @@ func (d *Device) Resolve(ctx context.Context, dst netip.Addr) (AddressVector, er
 				c = r.udp6
 			}
 			if c != nil {
-				c.WriteToUDPAddrPort([]byte{0}, netip.AddrPortFrom(dst, 9))
+				to := dst
+				if to.Is6() && to.IsLinkLocalUnicast() {
+					// A numeric zone: a name would be looked up in the
+					// calling thread's namespace, not the device's.
+					to = to.WithZone(strconv.Itoa(r.ifindex))
+				}
+				c.WriteToUDPAddrPort([]byte{0}, netip.AddrPortFrom(to, 9))
 			}
 			triggered = true
 		}

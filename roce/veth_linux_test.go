@@ -363,3 +363,34 @@ func TestVethMmapMR(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// RoCE over IPv6: the link-local GIDs (index 0) on both sides.
+func TestVethIPv6(t *testing.T) {
+	p := netns.NewT(t, netns.Config{MTU: 1500, IPv6: true})
+	var devs [2]*Device
+	for i, h := range []*netns.Host{p.A, p.B} {
+		if err := h.Do(func() (err error) {
+			devs[i], err = Open(h.Ifname, Config{Datapath: DatapathXDP})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { devs[i].Close() })
+	}
+	if g := devs[1].GIDs()[0]; g != p.B.IP6.WithZone("") {
+		t.Fatalf("GID 0 %v, want %v", g, p.B.IP6)
+	}
+	a, b := newSide(t, devs[0], RC, 1<<16, nil, nil), newSide(t, devs[1], RC, 1<<16, nil, nil)
+	opts := ConnectOptions{}
+	ea, _ := a.qp.LocalEndpoint(1, opts)
+	eb, _ := b.qp.LocalEndpoint(2, opts)
+	ea.GID, eb.GID = devs[0].GIDs()[0], devs[1].GIDs()[0] // GID 0: the link-local one
+	ctx := context.Background()
+	if err := a.qp.Connect(ctx, ea, eb, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(ctx, eb, ea, opts); err != nil {
+		t.Fatal(err)
+	}
+	testOps(t, a, b, []int{0, 3000, 1 << 16})
+}
