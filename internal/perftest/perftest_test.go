@@ -1,0 +1,234 @@
+package perftest
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testDest = Dest{
+	OutReads: 0x10, QPN: 0x11, PSN: 0xabcdef, RKey: 0x1234, VAddr: 0x7f0000001000,
+	GID: netip.MustParseAddr("::ffff:198.18.0.1").As16(), SRQN: 0,
+}
+
+// The message perftest's KEY_PRINT_FMT_GID gives for testDest.
+const testDestWire = "0000:0010:000011:abcdef:00001234:00007f0000001000:" +
+	"00:00:00:00:00:00:00:00:00:00:ff:ff:c6:12:00:01:00000000:\x00"
+
+func TestDestMarshal(t *testing.T) {
+	if len(testDestWire) != DestSize {
+		t.Fatalf("wire string is %d bytes, want %d", len(testDestWire), DestSize)
+	}
+	b := make([]byte, DestSize)
+	testDest.Marshal(b)
+	if string(b) != testDestWire {
+		t.Fatalf("Marshal = %q, want %q", b, testDestWire)
+	}
+	d, err := ParseDest(b)
+	if err != nil || d != testDest {
+		t.Fatalf("ParseDest = %+v, %v; want %+v", d, err, testDest)
+	}
+}
+
+func TestParseDestBad(t *testing.T) {
+	for _, s := range []string{
+		"",
+		testDestWire[:50],
+		strings.Replace(testDestWire, "abcdef", "abcxef", 1),
+		strings.Replace(testDestWire, ":c6:", ":c6x", 1),
+		strings.Replace(testDestWire, "000011", "1000011", 1)[:DestSize],
+	} {
+		if _, err := ParseDest([]byte(s)); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("ParseDest(%q) = %v, want ErrBadMessage", s, err)
+		}
+	}
+}
+
+// peer runs fn as the other end of a pipe and returns what it read.
+func exchangePair(t *testing.T, client bool, script func(c *Conn) error, peer func(p net.Conn) error) {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	a.SetDeadline(time.Now().Add(5 * time.Second))
+	b.SetDeadline(time.Now().Add(5 * time.Second))
+	errc := make(chan error, 1)
+	go func() { errc <- peer(b) }()
+	if err := script(NewConn(a, client)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect reads want from p (the side that reads first, as a server) or
+// after writing reply (as a client); order says which.
+func expect(p net.Conn, want, reply []byte, readFirst bool) error {
+	got := make([]byte, len(want))
+	if !readFirst {
+		if _, err := p.Write(reply); err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(p, got); err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return &mismatch{got, want}
+	}
+	if readFirst {
+		_, err := p.Write(reply)
+		return err
+	}
+	return nil
+}
+
+type mismatch struct{ got, want []byte }
+
+func (m *mismatch) Error() string { return "got " + quote(m.got) + ", want " + quote(m.want) }
+func quote(b []byte) string      { return strings.ReplaceAll(string(b), "\x00", `\0`) }
+
+// The whole start of a perftest client's exchange, against the bytes a
+// perftest 4.5 server sends, and the start of a server's.
+func TestExchangeClient(t *testing.T) {
+	ver := append([]byte("6.06"), make([]byte, 12)...)
+	peerVer := append([]byte("6.10"), make([]byte, 12)...)
+	exchangePair(t, true, func(c *Conn) error {
+		if err := c.Versions(); err != nil {
+			return err
+		}
+		if c.RemoteVersion != "6.10" {
+			t.Errorf("RemoteVersion %q", c.RemoteVersion)
+		}
+		cb, cl, err := c.SysData(4096, 64)
+		if err != nil || cb != 8192 || cl != 64 {
+			t.Errorf("SysData = %d, %d, %v; want 8192, 64", cb, cl, err)
+		}
+		mtu, err := c.MTU(3)
+		if err != nil || mtu != 2 {
+			t.Errorf("MTU = %d, %v; want 2 (the peer's smaller one)", mtu, err)
+		}
+		d, err := c.HandShake(&testDest)
+		if err != nil || d.QPN != 0x22 {
+			t.Errorf("HandShake = %+v, %v", d, err)
+		}
+		r, err := c.BWReports(BWReport{Size: 65536, Iters: 5000, Peak: 1, Avg: 2, MsgRate: 0.5})
+		if err != nil || r != (BWReport{}) {
+			t.Errorf("BWReports = %+v, %v", r, err)
+		}
+		return c.Close(&testDest)
+	}, func(p net.Conn) error {
+		peerDest := []byte(strings.Replace(testDestWire, ":000011:", ":000022:", 1))
+		be := func(v uint64, n int) []byte {
+			b := make([]byte, n)
+			for i := range n {
+				b[n-1-i] = byte(v >> (8 * i))
+			}
+			return b
+		}
+		steps := [][2][]byte{
+			{ver, peerVer},
+			{{0, 0, 0x10, 0}, {0, 0, 0x20, 0}},
+			{{0, 0, 0, 64}, {0, 0, 0, 64}},
+			{[]byte("3\x00"), []byte("2\x00")},
+			{[]byte(testDestWire), peerDest},
+			{be(65536, 8), be(0, 8)},
+			{be(5000, 8), be(0, 8)},
+			{be(math.Float64bits(1), 8), be(0, 8)},
+			{be(math.Float64bits(2), 8), be(0, 8)},
+			{be(math.Float64bits(0.5), 8), be(0, 8)},
+			{[]byte(testDestWire), peerDest},
+		}
+		for i, s := range steps {
+			if err := expect(p, s[0], s[1], true); err != nil {
+				t.Errorf("step %d: %v", i, err)
+				return nil
+			}
+		}
+		done := make([]byte, 5)
+		if _, err := io.ReadFull(p, done); err != nil || string(done) != "done\x00" {
+			t.Errorf("done: %q, %v", done, err)
+		}
+		return nil
+	})
+}
+
+func TestExchangeServerOldPeer(t *testing.T) {
+	exchangePair(t, false, func(c *Conn) error {
+		if err := c.Versions(); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("Versions with a 5.60 peer: %v, want ErrBadMessage", err)
+		}
+		return nil
+	}, func(p net.Conn) error {
+		return expect(p, append([]byte("6.06"), make([]byte, 12)...), append([]byte("5.60"), make([]byte, 12)...), false)
+	})
+}
+
+// A peer before 5.33 sends 4-byte iteration counts.
+func TestBWReportsOldIters(t *testing.T) {
+	exchangePair(t, false, func(c *Conn) error {
+		c.RemoteVersion = "5.32"
+		r, err := c.BWReports(BWReport{})
+		if err != nil || r.Size != 2 || r.Iters != 7 {
+			t.Errorf("BWReports = %+v, %v", r, err)
+		}
+		return nil
+	}, func(p net.Conn) error {
+		for _, s := range [][2][]byte{
+			{{0, 0, 0, 0, 0, 0, 0, 2}, make([]byte, 8)},
+			{{0, 0, 0, 7}, make([]byte, 4)},
+			{make([]byte, 8), make([]byte, 8)},
+			{make([]byte, 8), make([]byte, 8)},
+			{make([]byte, 8), make([]byte, 8)},
+		} {
+			if err := expect(p, s[1], s[0], false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func TestPrintDest(t *testing.T) {
+	var b bytes.Buffer
+	PrintDest(&b, &testDest, false, Read)
+	want := " local address: LID 0000 QPN 0x0011 PSN 0xabcdef OUT 0x10 RKey 0x001234 VAddr 0x007f0000001000\n" +
+		" GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:01\n"
+	if b.String() != want {
+		t.Errorf("PrintDest =\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+func TestBWAndLatency(t *testing.T) {
+	var posted, completed []time.Duration
+	for i := range 1000 {
+		posted = append(posted, time.Duration(i)*time.Microsecond)
+		completed = append(completed, time.Duration(i+10)*time.Microsecond)
+	}
+	r := BW(1<<20, posted, completed, 100, false)
+	// 1000 MiB in 1.009 ms.
+	if math.Abs(r.Avg-1000/1.009e-3) > 1 || r.Iters != 1000 || r.Peak < r.Avg {
+		t.Errorf("BW = %+v", r)
+	}
+	l := Latency(2, posted, true)
+	if l.Typical != 0.5 || l.Min != 0.5 || l.Max != 0.5 || l.Avg != 0.5 || l.Iters != 1000 {
+		t.Errorf("Latency = %+v", l)
+	}
+	var b bytes.Buffer
+	PrintLat(&b, l)
+	if want := " 2       1000          0.50           0.50         0.50     \t       0.50        \t0.00   \t\t0.50    \t\t0.50   \n"; b.String() != want {
+		t.Errorf("PrintLat = %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	PrintBW(&b, BWReport{Size: 65536, Iters: 5000, Peak: 2751.95, Avg: 2751.21, MsgRate: 0.044019}, false)
+	if want := " 65536      5000             2751.95            2751.21\t\t   0.044019\n"; b.String() != want {
+		t.Errorf("PrintBW = %q, want %q", b.String(), want)
+	}
+}
