@@ -93,7 +93,7 @@ func expect(p net.Conn, want, reply []byte, readFirst bool) error {
 type mismatch struct{ got, want []byte }
 
 func (m *mismatch) Error() string { return "got " + quote(m.got) + ", want " + quote(m.want) }
-func quote(b []byte) string      { return strings.ReplaceAll(string(b), "\x00", `\0`) }
+func quote(b []byte) string       { return strings.ReplaceAll(string(b), "\x00", `\0`) }
 
 // The whole start of a perftest client's exchange, against the bytes a
 // perftest 4.5 server sends, and the start of a server's.
