@@ -394,3 +394,32 @@ func TestVethIPv6(t *testing.T) {
 	}
 	testOps(t, a, b, []int{0, 3000, 1 << 16})
 }
+
+// When AF_XDP cannot be opened, Open falls back to AF_PACKET and says why.
+func TestVethFallback(t *testing.T) {
+	p := netns.NewT(t, netns.Config{MTU: 1500})
+	var d *Device
+	err := p.A.Do(func() (err error) {
+		cfg := Config{}
+		cfg.XDP.FrameSize = 1000 // refused by xdp.Open
+		d, err = Open(p.A.Ifname, cfg)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if i := d.Info(); i.Datapath != DatapathAFPacket || i.Fallback == "" {
+		t.Fatalf("info %+v: want af_packet with the reason", i)
+	}
+	t.Logf("fallback: %s", d.Info().Fallback)
+	err = p.A.Do(func() error {
+		cfg := Config{Datapath: DatapathXDP}
+		cfg.XDP.FrameSize = 1000
+		_, err := Open(p.A.Ifname, cfg)
+		return err
+	})
+	if err == nil {
+		t.Fatal("Open with DatapathXDP did not fail")
+	}
+}
