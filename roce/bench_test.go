@@ -97,3 +97,26 @@ func BenchmarkPipePingPong(b *testing.B) {
 	a, r := rcPair(b, da, db, 64)
 	benchPingPong(b, a, r, 64)
 }
+
+// Steady state allocates nothing: posting, the workers' loops, the engines
+// and polling the completion.
+func TestSteadyStateAllocs(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, r := rcPair(t, da, db, 64<<10)
+	wr := &SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: r.mr.Addr(), RKey: r.mr.RKey()}
+	var wcs [4]WC
+	op := func() {
+		if err := a.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		for a.cq.Poll(wcs[:]) == 0 {
+			<-a.cq.Notify()
+		}
+	}
+	for range 10 {
+		op()
+	}
+	if n := testing.AllocsPerRun(200, op); n != 0 {
+		t.Fatalf("%v allocations per 64 KiB WRITE", n)
+	}
+}
