@@ -1,0 +1,17 @@
+//go:build !linux
+
+package cli
+
+import (
+	"context"
+	"errors"
+)
+
+func init() {
+	register("pingpong", "ping-pong SENDs with a peer like ibv_rc_pingpong (Linux only)", runLinuxOnly)
+	register("perf", "perftest-style bandwidth and latency tests (Linux only)", runLinuxOnly)
+}
+
+func runLinuxOnly(context.Context, *env, []string) error {
+	return errors.New("this command needs Linux (AF_XDP or AF_PACKET)")
+}

@@ -1,0 +1,162 @@
+//go:build linux
+
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/internal/netns"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// result is the outcome of one xroce run in a namespace.
+type result struct {
+	err            error
+	stdout, stderr string
+}
+
+// runIn runs xroce with args inside h's namespace, in the background.
+func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan result {
+	c := make(chan result, 1)
+	go func() {
+		var out, errb syncBuffer
+		err := h.Do(func() error { return Run(ctx, args, &out, &errb) })
+		c <- result{err, out.String(), errb.String()}
+	}()
+	return c
+}
+
+// waitListen waits until a TCP socket listens on port in h's namespace.
+func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
+	t.Helper()
+	want := fmt.Sprintf(":%04X", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var found bool
+		h.Do(func() error {
+			for _, name := range []string{"tcp", "tcp6"} {
+				f, err := os.Open("/proc/thread-self/net/" + name)
+				if err != nil {
+					return err
+				}
+				sc := bufio.NewScanner(f)
+				for sc.Scan() {
+					fields := strings.Fields(sc.Text())
+					if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+						found = true
+					}
+				}
+				f.Close()
+			}
+			return nil
+		})
+		if found {
+			return
+		}
+		select {
+		case r := <-server:
+			t.Fatalf("server ended before listening: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("nothing listens on port %d", port)
+}
+
+// pair runs a server in B and a client in A towards B and returns both
+// results.
+func clientServer(t *testing.T, p *netns.Pair, port int, server, client []string) (rs, rc result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc := runIn(ctx, p.B, server...)
+	waitListen(t, p.B, port, sc)
+	rc = <-runIn(ctx, p.A, append(client, p.B.IP.String())...)
+	if rc.err != nil {
+		cancel()
+	}
+	rs = <-sc
+	return rs, rc
+}
+
+var (
+	ppLocalRE  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:198\.18\.0\.[12]$`)
+	ppRemoteRE = regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.0\.[12]$`)
+	ppBytesRE  = regexp.MustCompile(`(?m)^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`)
+	ppItersRE  = regexp.MustCompile(`(?m)^(\d+) iters in \d+\.\d\d seconds = (\d+\.\d\d) usec/iter$`)
+)
+
+func checkPingpong(t *testing.T, who string, r result, size, iters int) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.err, r.stdout, r.stderr)
+	}
+	for _, re := range []*regexp.Regexp{ppLocalRE, ppRemoteRE, ppBytesRE, ppItersRE} {
+		if !re.MatchString(r.stdout) {
+			t.Errorf("%s: no line matching %q in:\n%s", who, re, r.stdout)
+		}
+	}
+	if m := ppBytesRE.FindStringSubmatch(r.stdout); m != nil && m[1] != fmt.Sprint(2*size*iters) {
+		t.Errorf("%s: %s bytes, want %d", who, m[1], 2*size*iters)
+	}
+	if m := ppItersRE.FindStringSubmatch(r.stdout); m != nil && m[1] != fmt.Sprint(iters) {
+		t.Errorf("%s: %s iters, want %d", who, m[1], iters)
+	}
+}
+
+func TestPingpong(t *testing.T) {
+	// MTU 3000: RoCE MTU 2048, for ud_pingpong's default size.
+	p := netns.NewT(t, netns.Config{MTU: 3000})
+	for i, tc := range []struct {
+		name  string
+		flags []string
+		size  int
+		iters int
+	}{
+		{"rc", []string{"-c"}, 4096, 1000},
+		{"rc-1", []string{"-c", "-s", "1", "-n", "200"}, 1, 200},
+		{"rc-big", []string{"-c", "-s", "65536", "-m", "512", "-n", "100", "-r", "10"}, 65536, 100},
+		{"rc-events", []string{"-c", "-e", "-s", "3000", "-n", "300"}, 3000, 300},
+		{"ud", []string{"--ud", "-c"}, 2048, 1000},
+		{"ud-small", []string{"--ud", "-c", "-s", "64", "-n", "300", "-e"}, 64, 300},
+		{"ud-mtu", []string{"--ud", "-c", "-s", "1024", "-n", "300"}, 1024, 300},
+		{"rc-mtu2048", []string{"-c", "-m", "2048", "-s", "10000", "-n", "300"}, 10000, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := 18515 + i
+			flags := append([]string{"pingpong", "-d"}, tc.flags...)
+			flags = append(flags, "-p", fmt.Sprint(port), "-timeout", "10s")
+			cli := append([]string{"pingpong", "-d", p.A.Ifname}, flags[2:]...)
+			srv := append([]string{"pingpong", "-d", p.B.Ifname}, flags[2:]...)
+			rs, rc := clientServer(t, p, port, srv, cli)
+			checkPingpong(t, "server", rs, tc.size, tc.iters)
+			checkPingpong(t, "client", rc, tc.size, tc.iters)
+			t.Logf("client:\n%s", rc.stdout)
+		})
+	}
+}
