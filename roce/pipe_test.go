@@ -314,3 +314,32 @@ func TestPipeCloseInFlight(t *testing.T) {
 		t.Fatalf("Wait after Close: %v", err)
 	}
 }
+
+// UC: SEND and WRITE (UC has no READ or atomics: refused at post).
+func TestPipeUC(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := newSide(t, da, UC, 1<<16, nil, nil), newSide(t, db, UC, 1<<16, nil, nil)
+	connect(t, a, b, ConnectOptions{})
+	for _, n := range []int{0, 1500, 1 << 16} {
+		fill(a.buf[:n], uint64(n))
+		b.qp.PostRecv(&RecvWR{SGL: []SGE{b.mr.SGE(0, n)}})
+		if err := a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, n)}}); err != nil {
+			t.Fatal(err)
+		}
+		want(t, a.cq, WCSend, WCSuccess)
+		want(t, b.cq, WCRecv, WCSuccess)
+		same(t, "UC SEND", b.buf[:n], a.buf[:n])
+		fill(a.buf[:n], uint64(n)+1)
+		b.qp.PostRecv(&RecvWR{})
+		if err := a.qp.PostSend(&SendWR{Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, n)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		want(t, a.cq, WCRDMAWrite, WCSuccess)
+		want(t, b.cq, WCRecvRDMAWithImm, WCSuccess)
+		same(t, "UC WRITE", b.buf[:n], a.buf[:n])
+	}
+	if err := a.qp.PostSend(&SendWR{Opcode: WRRDMARead, SGL: []SGE{a.mr.SGE(0, 8)}}); !errors.Is(err, ErrOpcode) {
+		t.Fatalf("READ on UC: %v, want ErrOpcode", err)
+	}
+}
