@@ -23,6 +23,7 @@ type CQ struct {
 	dead       bool
 
 	notify    chan struct{}
+	solicited chan struct{}
 	overflows atomic.Uint64
 }
 
@@ -40,7 +41,7 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if d.closed {
 		return nil, fmt.Errorf("create cq: %w", ErrClosed)
 	}
-	c := &CQ{d: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}
+	c := &CQ{d: d, ring: make([]WC, n), notify: make(chan struct{}, 1), solicited: make(chan struct{}, 1)}
 	d.cqs[c] = struct{}{}
 	return c, nil
 }
@@ -63,6 +64,12 @@ func (c *CQ) complete(wc *WC) {
 	c.tail++
 	c.mu.Unlock()
 	c.signal()
+	if wc.Solicited || wc.Status != WCSuccess {
+		select {
+		case c.solicited <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (c *CQ) signal() {
@@ -110,6 +117,12 @@ func (c *CQ) Overflows() uint64 { return c.overflows.Load() }
 // added (one value for any number of them): the completion channel of
 // verbs without the need to re-arm. Poll until empty after each receive.
 func (c *CQ) Notify() <-chan struct{} { return c.notify }
+
+// NotifySolicited is Notify for solicited-only notification
+// (ibv_req_notify_cq with solicited_only): its channel receives a value
+// after a receive completion of a message sent with SendSolicited, or a
+// completion with an error.
+func (c *CQ) NotifySolicited() <-chan struct{} { return c.solicited }
 
 // Wait blocks until the CQ holds a completion, ctx is done (its error is
 // returned), the CQ has overflowed (ErrCQOverflow) or the device is closed

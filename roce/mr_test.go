@@ -132,44 +132,6 @@ func TestBadRequests(t *testing.T) {
 }
 
 // A full CQ reports the overflow: Err, Overflows and an event.
-func TestCQOverflow(t *testing.T) {
-	da, db := pipeDevices(t, 1, noFaults, Config{})
-	pa, _ := da.AllocPD()
-	cq, _ := da.CreateCQ(4)
-	q, _ := pa.CreateQP(QPConfig{Type: RC, SendCQ: cq, RecvCQ: cq})
-	a := &side{d: da, pd: pa, cq: cq, qp: q}
-	b := newSide(t, db, RC, 64, nil, nil)
-	connect(t, a, b, ConnectOptions{})
-	for i := range 8 {
-		if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e := <-da.Events()
-	if e.Type != EventCQError || e.CQ != cq {
-		t.Fatalf("event %+v", e)
-	}
-	if err := cq.Err(); !errors.Is(err, ErrCQOverflow) || cq.Overflows() == 0 {
-		t.Fatalf("Err %v, %d overflows", err, cq.Overflows())
-	}
-	if err := cq.Destroy(); !errors.Is(err, ErrBusy) {
-		t.Fatalf("destroy CQ in use: %v", err)
-	}
-}
-
-func TestPollAllocs(t *testing.T) {
-	da, _ := pipeDevices(t, 1, noFaults, Config{})
-	cq, _ := da.CreateCQ(16)
-	wcs := make([]WC, 8)
-	wc := WC{ID: 1}
-	if n := testing.AllocsPerRun(100, func() {
-		cq.complete(&wc)
-		cq.Poll(wcs)
-	}); n != 0 {
-		t.Fatalf("%v allocations per completion and Poll", n)
-	}
-}
-
 // Registering a buffer that is registered already (the cache) versus a
 // fresh registration with pinning.
 func BenchmarkRegMR(b *testing.B) {

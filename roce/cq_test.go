@@ -1,0 +1,69 @@
+package roce
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestCQOverflow(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	pa, _ := da.AllocPD()
+	cq, _ := da.CreateCQ(4)
+	q, _ := pa.CreateQP(QPConfig{Type: RC, SendCQ: cq, RecvCQ: cq})
+	a := &side{d: da, pd: pa, cq: cq, qp: q}
+	b := newSide(t, db, RC, 64, nil, nil)
+	connect(t, a, b, ConnectOptions{})
+	for i := range 8 {
+		if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := <-da.Events()
+	if e.Type != EventCQError || e.CQ != cq {
+		t.Fatalf("event %+v", e)
+	}
+	if err := cq.Err(); !errors.Is(err, ErrCQOverflow) || cq.Overflows() == 0 {
+		t.Fatalf("Err %v, %d overflows", err, cq.Overflows())
+	}
+	if err := cq.Destroy(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("destroy CQ in use: %v", err)
+	}
+}
+
+func TestPollAllocs(t *testing.T) {
+	da, _ := pipeDevices(t, 1, noFaults, Config{})
+	cq, _ := da.CreateCQ(16)
+	wcs := make([]WC, 8)
+	wc := WC{ID: 1}
+	if n := testing.AllocsPerRun(100, func() {
+		cq.complete(&wc)
+		cq.Poll(wcs)
+	}); n != 0 {
+		t.Fatalf("%v allocations per completion and Poll", n)
+	}
+}
+
+func TestNotifySolicited(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 64)
+	for i := range 2 {
+		b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}})
+	}
+	a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
+	want(t, b.cq, WCRecv, WCSuccess)
+	select {
+	case <-b.cq.NotifySolicited():
+		t.Fatal("solicited notification for an unsolicited message")
+	default:
+	}
+	a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendSolicited, SGL: []SGE{a.mr.SGE(0, 8)}})
+	select {
+	case <-b.cq.NotifySolicited():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no solicited notification")
+	}
+	if wc := want(t, b.cq, WCRecv, WCSuccess); !wc.Solicited {
+		t.Fatalf("completion %+v not marked solicited", wc)
+	}
+}
