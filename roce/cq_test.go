@@ -67,3 +67,34 @@ func TestNotifySolicited(t *testing.T) {
 		t.Fatalf("completion %+v not marked solicited", wc)
 	}
 }
+
+// Arming an SRQ limit above its current length fires at once.
+func TestSRQArmBelow(t *testing.T) {
+	da, _ := pipeDevices(t, 1, noFaults, Config{})
+	pd, _ := da.AllocPD()
+	srq, err := pd.CreateSRQ(SRQConfig{MaxWR: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq.PostRecv(&RecvWR{ID: 1})
+	if err := srq.Arm(4); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-da.Events():
+		if e.Type != EventSRQLimitReached || e.SRQ != srq {
+			t.Fatalf("event %+v", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no SRQ limit event")
+	}
+	if err := srq.Arm(17); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Arm above MaxWR: %v", err)
+	}
+	if err := srq.Destroy(); err != nil || srq.Destroy() != nil {
+		t.Fatal("destroy twice:", err)
+	}
+	if err := srq.PostRecv(&RecvWR{}); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("post to a destroyed SRQ: %v", err)
+	}
+}

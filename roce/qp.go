@@ -561,6 +561,7 @@ func (s *SRQ) Arm(limit int) error {
 		return nil
 	}
 	s.armLocked(limit)
+	w.kick() // the worker checks the limit after its next batch
 	return nil
 }
 
