@@ -113,8 +113,12 @@ func manyQPs(t *testing.T, da, db *Device, nqp, size int) {
 
 // An SRQ shared by 16 QPs, with its limit event.
 func TestPipeSRQ(t *testing.T) {
-	const nqp, msg = 16, 2000
 	da, db := pipeDevices(t, 2, noFaults, Config{})
+	testSRQ(t, da, db)
+}
+
+func testSRQ(t *testing.T, da, db *Device) {
+	const nqp, msg = 16, 2000
 	pb, _ := db.AllocPD()
 	srq, err := pb.CreateSRQ(SRQConfig{MaxWR: 64, Limit: 50})
 	if err != nil {

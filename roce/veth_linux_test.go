@@ -95,6 +95,11 @@ func TestVethManyQPs(t *testing.T) {
 	t.Logf("a: %+v", da.Stats().Forwarded)
 }
 
+func TestVethSRQ(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	testSRQ(t, da, db)
+}
+
 func TestVethUD(t *testing.T) {
 	da, db, _ := vethDevices(t, Config{}, false)
 	testUD(t, da, db)
