@@ -1,0 +1,134 @@
+package roce
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/internal/netns"
+)
+
+// TestHelperPeerProcess is the peer of TestVethPeerKilled, run as a
+// separate process in the other namespace; it does nothing in a normal run.
+func TestHelperPeerProcess(t *testing.T) {
+	dev := os.Getenv("XROCE_PEER_DEV")
+	if dev == "" {
+		return // not the helper process
+	}
+	d, err := Open(dev, Config{Datapath: DatapathXDP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newSide(t, d, RC, 16<<20, nil, nil)
+	ln, err := net.Listen("tcp", ":18516")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	le, _ := b.qp.LocalEndpoint(5, ConnectOptions{})
+	le.RKey, le.Addr = b.mr.RKey(), b.mr.Addr()
+	if _, err := b.qp.ConnectTCP(ctx, c, false, le, XroceCodec, ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Second) // until killed
+}
+
+// A peer process killed with SIGKILL mid-transfer: its XDP program goes
+// with it, and the requester ends in RETRY_EXC_ERR within its retry budget.
+func TestVethPeerKilled(t *testing.T) {
+	p := netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
+	cmd := p.B.Command(os.Args[0], "-test.run=^TestHelperPeerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "XROCE_PEER_DEV="+p.B.Ifname)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+	var da *Device
+	if err := p.A.Do(func() (err error) {
+		da, err = Open(p.A.Ifname, Config{Datapath: DatapathXDP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer da.Close()
+	a := newSide(t, da, RC, 1<<20, nil, nil)
+	var c net.Conn
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := p.A.Do(func() (err error) {
+			c, err = net.DialTimeout("tcp", p.B.IP.String()+":18516", time.Second)
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer process not listening: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	le, _ := a.qp.LocalEndpoint(9, ConnectOptions{})
+	opts := ConnectOptions{Timeout: 12, RetryCnt: 3} // 16.8 ms × 4
+	remote, err := a.qp.ConnectTCP(ctx, c, true, le, XroceCodec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stream 1 MiB WRITEs; kill the peer after the first few complete.
+	posted, completed := 0, 0
+	post := func() {
+		off := uint64(posted%16) << 20
+		if err := a.qp.PostSend(&SendWR{ID: uint64(posted), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+			RemoteAddr: remote.Addr + off, RKey: remote.RKey}); err != nil {
+			t.Fatal(err)
+		}
+		posted++
+	}
+	for range 8 {
+		post()
+	}
+	var killedAt time.Time
+	for {
+		wc := wait(t, a.cq, 10*time.Second)
+		if wc.Status == WCSuccess {
+			completed++
+			if completed == 4 && killedAt.IsZero() {
+				if err := cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				killedAt = time.Now()
+			}
+			if killedAt.IsZero() || posted < 64 {
+				post()
+			}
+			continue
+		}
+		if wc.Status != WCRetryExcErr {
+			t.Fatalf("completion %v after %d successes, want RETRY_EXC_ERR", wc.Status, completed)
+		}
+		break
+	}
+	el := time.Since(killedAt)
+	t.Logf("%d writes completed, RETRY_EXC_ERR %v after SIGKILL", completed, el)
+	if el > 3*time.Second {
+		t.Fatalf("RETRY_EXC_ERR %v after the kill, want within the retry budget", el)
+	}
+	if st := a.qp.State(); st != StateErr {
+		t.Fatalf("QP in %v, want ERR", st)
+	}
+}
