@@ -52,8 +52,10 @@ type Config struct {
 	// (Open only).
 	Datapath string
 	// Queues is the number of NIC queues, one worker goroutine each (Open
-	// only). 0 means the interface's receive queues (at most 64). AF_PACKET
-	// always uses one.
+	// only), queues 0 to Queues-1. 0 means all the interface's receive
+	// queues (at most 64): RoCE frames the NIC steers to a queue without
+	// a socket go to the kernel and are lost, so serve them all (or steer
+	// RoCE to the served queues with ethtool). AF_PACKET always uses one.
 	Queues int
 	// XDP configures the AF_XDP sockets; Queues is filled in by Open. Set
 	// XDP.Steering to supply your own attached XDP program (for example to
