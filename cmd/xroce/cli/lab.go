@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/xroce/xroce/internal/statsock"
+)
+
+const labAbout = `
+Run a RoCE v2 lab on this machine, no RDMA hardware needed: two network
+namespaces (A 198.18.0.1 and B 198.18.0.2) joined by a veth pair, an xroce
+device in each over AF_XDP, and queue pairs of each transport (RC, UC, UD)
+connected between them. Then, in order:
+
+  tour     every operation once, each checked: SEND, SEND_WITH_IMM, RDMA
+           WRITE, WRITE_WITH_IMM and READ at each of --sizes (data
+           byte-exact), CMP_SWAP and FETCH_ADD (returned and remote values
+           right), UC SEND and WRITE, a UD datagram. The first --trace
+           packets are drawn as a sequence diagram, A on the left, B on the
+           right: opcode, PSN, AckReq (A), the AETH of each ACK.
+  loss     the XDP programs drop --loss of the RoCE frames at random; RC
+           WRITEs, READs, SENDs and FETCH_ADDs still complete byte-exact,
+           recovered by NAKs, timeouts and go-back-N retransmission, shown
+           by the devices' counters before and after (and the packets
+           around the first NAK).
+  measure  RC WRITE bandwidth and 8-byte SEND latency with xroce, beside a
+           TCP stream and a 64-byte TCP ping-pong on the same veth, each
+           for --duration.
+
+A results table ends the run. Every frame either host sends is written to
+--pcap (lab.pcap in the current directory by default) for Wireshark or
+'xroce dump' (AF_XDP frames never reach tcpdump, so the lab records them
+itself); during the measurements only the first frames are kept. While it
+runs, the lab serves its counters to 'xroce stat'. It needs root (network
+namespaces, XDP); it removes its namespaces when it ends, also on Ctrl-C.`
+
+const labExamples = `  sudo xroce lab                              # the whole tour, about 15 s
+  sudo xroce lab --duration 0 --trace 100     # tour and loss only, more packets traced
+  sudo xroce lab --loss 0.3 --sizes 64,65536 --pcap /tmp/lab.pcap
+  xroce dump /tmp/lab.pcap                    # every packet decoded, ICRC checked
+  sudo xroce stat -w                          # from another terminal, while it runs`
+
+func init() {
+	register("lab", "run a RoCE v2 lab between two network namespaces: tour, loss, bandwidth and latency", runLab)
+}
+
+// labOptions are the lab's settings.
+type labOptions struct {
+	duration time.Duration // each measurement; 0 skips them
+	sizes    []int         // message sizes of the tour
+	size     int           // message size of the bandwidth measurement
+	mtu      int           // veth MTU
+	queues   int           // veth queues, AF_XDP sockets and workers per device
+	loss     float64       // loss probability of the loss phase; 0 skips it
+	trace    int           // packets drawn in the sequence diagram
+	pcap     string        // pcap file; "" for none
+	quiet    bool          // only the results table
+	statDir  string        // where the stat socket goes; "" for none
+}
+
+// sizesFlag parses a comma-separated list of byte counts.
+type sizesFlag struct{ v *[]int }
+
+func (f sizesFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	s := make([]string, len(*f.v))
+	for i, n := range *f.v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f sizesFlag) Set(s string) error {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := parseSize(strings.TrimSpace(p))
+		if err != nil {
+			return err
+		}
+		out = append(out, n)
+	}
+	*f.v = out
+	return nil
+}
+
+// parseSize reads a byte count, with an optional k/K or m/M suffix (KiB, MiB).
+func parseSize(s string) (int, error) {
+	mul := 1
+	switch {
+	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
+		mul, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
+		mul, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mul, nil
+}
+
+// sizeFlag is one byte count with parseSize's suffixes.
+type sizeFlag struct{ v *int }
+
+func (f sizeFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.Itoa(*f.v)
+}
+
+func (f sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err == nil {
+		*f.v = n
+	}
+	return err
+}
+
+// lossFlag is a probability, as 0.1 or 10%.
+type lossFlag struct{ v *float64 }
+
+func (f lossFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*f.v, 'g', -1, 64)
+}
+
+func (f lossFlag) Set(s string) error {
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil {
+		return fmt.Errorf("bad probability %q", s)
+	}
+	if pct {
+		v /= 100
+	}
+	*f.v = v
+	return nil
+}
+
+func runLab(ctx context.Context, e *env, args []string) error {
+	o := labOptions{
+		duration: 2 * time.Second,
+		sizes:    []int{64, 4096},
+		size:     64 << 10,
+		mtu:      1500,
+		queues:   1,
+		loss:     0.1,
+		trace:    40,
+		pcap:     "lab.pcap",
+		statDir:  statsock.DefaultDir,
+	}
+	fs := newFlagSet(e, "lab", "[flags]", labAbout, labExamples)
+	fs.DurationVar(&o.duration, "duration", o.duration, "length of each bandwidth and latency measurement (0: no measurements)")
+	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes of the tour, comma-separated (k and M suffixes)")
+	fs.Var(sizeFlag{&o.size}, "size", "message size of the bandwidth measurement")
+	fs.IntVar(&o.mtu, "mtu", o.mtu, "veth MTU (RoCE MTU is MTU-80 rounded down to 256·2^n, as rxe: 1500 gives 1024)")
+	fs.IntVar(&o.queues, "queues", o.queues, "veth queues: AF_XDP sockets and workers per device (1 leaves a core to each device's worker on a 2-core machine)")
+	fs.Var(lossFlag{&o.loss}, "loss", "frame loss injected in the loss phase, as 0.1 or 10% (0: no loss phase)")
+	fs.IntVar(&o.trace, "trace", o.trace, "packets of the tour drawn as a sequence diagram (0: none)")
+	fs.StringVar(&o.pcap, "pcap", o.pcap, "write the frames to `FILE` (\"\" or none: no capture)")
+	fs.BoolVar(&o.quiet, "quiet", false, "print only the results table")
+	fs.StringVar(&o.statDir, "stat-dir", o.statDir, "serve counters to 'xroce stat' on a socket in `DIR` (\"\": no socket)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if o.pcap == "none" {
+		o.pcap = ""
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("lab: unexpected argument %q", pos[0])
+	case o.duration < 0 || o.duration > time.Minute:
+		return usagef("lab: --duration %v out of range 0..1m", o.duration)
+	case len(o.sizes) == 0 || len(o.sizes) > 16:
+		return usagef("lab: --sizes wants 1 to 16 sizes")
+	case o.size < 1 || o.size > 16<<20:
+		return usagef("lab: --size %d out of range 1..16M", o.size)
+	case o.mtu < 576 || o.mtu > 9000:
+		return usagef("lab: --mtu %d out of range 576..9000", o.mtu)
+	case o.queues < 1 || o.queues > 8:
+		return usagef("lab: --queues %d out of range 1..8", o.queues)
+	case !(o.loss >= 0 && o.loss <= 0.5):
+		return usagef("lab: --loss %v out of range 0..0.5 (50%%)", o.loss)
+	case o.trace < 0 || o.trace > 100000:
+		return usagef("lab: --trace %d out of range 0..100000", o.trace)
+	}
+	for _, n := range o.sizes {
+		if n > 4<<20 {
+			return usagef("lab: tour size %d above 4M", n)
+		}
+	}
+	return lab(ctx, e, o)
+}
+
+// counters flattens a struct of counters (roce.Stats and the like) into
+// named counters: each unsigned or int field, named in snake case
+// (RxBadICRC → rx_bad_icrc, MRs → mrs). Other fields are skipped.
+func counters(v any) []statsock.Counter {
+	rv := reflect.Indirect(reflect.ValueOf(v))
+	if rv.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []statsock.Counter
+	for i := range rv.NumField() {
+		f, ft := rv.Field(i), rv.Type().Field(i)
+		if !ft.IsExported() {
+			continue
+		}
+		var n uint64
+		switch f.Kind() {
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			n = f.Uint()
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			n = uint64(max(f.Int(), 0))
+		default:
+			continue
+		}
+		out = append(out, statsock.Counter{Name: snake(ft.Name), Value: n})
+	}
+	return out
+}
+
+// snake turns a Go field name into snake case, keeping acronyms together:
+// RxFrames → rx_frames, RNRNaksRx → rnr_naks_rx, RxBadICRC → rx_bad_icrc.
+func snake(s string) string {
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		if unicode.IsUpper(c) && i > 0 {
+			prevLower := unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1])
+			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
+			acronymEnd := unicode.IsUpper(r[i-1]) && nextLower && !(i+2 == len(r) && r[i+1] == 's')
+			if prevLower || acronymEnd {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
+}
+
+// gbits formats a rate of bytes over d in Gbit/s.
+func gbits(bytes uint64, d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f Gbit/s", float64(bytes)*8/d.Seconds()/1e9)
+}
+
+// micros formats a duration in microseconds.
+func micros(d time.Duration) string {
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+// byteSize formats a byte count briefly: 64 B, 4 KiB, 1.5 MiB.
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

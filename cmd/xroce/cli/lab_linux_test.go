@@ -1,0 +1,245 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/internal/statsock"
+)
+
+// needRoot skips a test that needs namespaces and XDP.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the lab needs root (network namespaces, XDP)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("the lab needs iproute2's ip")
+	}
+}
+
+// labOutput is a bytes.Buffer safe for one writer and concurrent readers,
+// that calls onWrite with everything written so far.
+type labOutput struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	onWrite func(string)
+}
+
+func (s *labOutput) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	n, err := s.b.Write(p)
+	all := s.b.String()
+	s.mu.Unlock()
+	if s.onWrite != nil {
+		s.onWrite(all)
+	}
+	return n, err
+}
+
+func (s *labOutput) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var nsRE = regexp.MustCompile(`namespaces\s+(\S+) \(A\) and (\S+) \(B\)`)
+
+// checkNoNamespaces checks that the namespaces the lab's output names are gone.
+func checkNoNamespaces(t *testing.T, out string) {
+	t.Helper()
+	m := nsRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no namespace names in the output:\n%s", out)
+	}
+	for _, name := range m[1:] {
+		if netns.Exists(name) {
+			t.Errorf("namespace %s left behind", name)
+		}
+	}
+}
+
+// checkPcap decodes the capture with xroce dump: every frame RoCE, every
+// ICRC good.
+func checkPcap(t *testing.T, path string) summary {
+	t.Helper()
+	out, _, err := run(t, "dump", "-q", path)
+	if err != nil {
+		t.Fatalf("dump %s: %v\n%s", path, err, out)
+	}
+	s := parseSummary(t, out)
+	if s.roce == 0 || s.bad != 0 || s.malformed != 0 || s.ok != s.roce || s.other != 0 {
+		t.Errorf("pcap summary %+v: want only RoCE frames, all with a good ICRC", s)
+	}
+	return s
+}
+
+// The whole lab with short measurements; xroce stat reads its counters
+// while it runs.
+func TestLabRun(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	statDir := filepath.Join(dir, "run")
+	pcap := filepath.Join(dir, "lab.pcap")
+	statOut := make(chan string, 1)
+	go func() { // xroce stat against the running lab
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if ps, _ := statsock.List(statDir); len(ps) > 0 {
+				out, _, err := run(t, "stat", "--dir", statDir, "-p", ps[0].Path[len(statDir)+1:len(ps[0].Path)-5])
+				if err == nil && strings.Contains(out, "tx_frames") {
+					statOut <- out
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		statOut <- ""
+	}()
+	var stdout, stderr labOutput
+	err := Run(context.Background(), []string{"lab", "--duration", "300ms", "--trace", "20", "--pcap", pcap,
+		"--stat-dir", statDir, "--sizes", "64,3000"}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("output:\n%s", out)
+	if err != nil {
+		t.Fatalf("lab: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{
+		"host A      198.18.0.1", "AF_XDP copy mode",
+		"  ok   RC SEND 64 B", "  ok   RC SEND_WITH_IMM 3000 B", "  ok   RC WRITE_WITH_IMM 64 B", "  ok   RC READ 3000 B",
+		"  ok   RC FETCH_ADD +2", "A got the old value 40, B's word is now 42", "  ok   RC CMP_SWAP 42->9",
+		"  ok   UC WRITE 3000 B", "  ok   UD SEND 64 B",
+		"|- RC SEND_ONLY PSN ", "RC ACKNOWLEDGE PSN ", "(the trace ends here: --trace 20)",
+		"  ok   RC FETCH_ADD 32 x +1", "PSN sequence NAKs sent", "go-back-N retransmissions",
+		"  ok   xroce RC WRITE bandwidth", "  ok   TCP latency",
+		"18 operations checked, all byte-exact", "loss 10% (RC)", "bandwidth, 64 KiB messages/writes", "Gbit/s",
+		"latency, half round trip, median",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "FAIL") {
+		t.Errorf("a check failed")
+	}
+	if n := strings.Count(out, "  |- ") + strings.Count(out, "  |<-"); n < 20 {
+		t.Errorf("%d diagram lines, want at least the 20 traced", n)
+	}
+	checkNoNamespaces(t, out)
+	s := checkPcap(t, pcap)
+	t.Logf("pcap: %+v", s)
+
+	so := <-statOut
+	if so == "" {
+		t.Fatal("xroce stat never read the lab's counters")
+	}
+	t.Logf("xroce stat:\n%s", so)
+	m := regexp.MustCompile(`(?m)^  tx_frames\s+(\d+)\s+(\d+)`).FindStringSubmatch(so)
+	if m == nil || m[1] == "0" || m[2] == "0" {
+		t.Errorf("xroce stat shows no frames sent by A and B")
+	}
+	if ps, _ := statsock.List(statDir); len(ps) != 0 {
+		t.Errorf("stat socket left behind: %+v", ps)
+	}
+}
+
+// Cancelling the context (Ctrl-C) in each phase removes the namespaces.
+func TestLabInterrupt(t *testing.T) {
+	needRoot(t)
+	for _, at := range []string{"tour:", "loss:", "measure:"} {
+		t.Run(strings.TrimSuffix(at, ":"), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stdout := &labOutput{onWrite: func(all string) {
+				if strings.Contains(all, at) {
+					cancel()
+				}
+			}}
+			start := time.Now()
+			err := Run(ctx, []string{"lab", "--duration", "5s", "--pcap", "", "--stat-dir", ""}, stdout, &labOutput{})
+			if err == nil || !strings.Contains(err.Error(), "interrupted") {
+				t.Errorf("lab = %v, want interrupted", err)
+			}
+			if ExitCode(err) != 1 {
+				t.Errorf("exit %d, want 1", ExitCode(err))
+			}
+			if el := time.Since(start); el > 8*time.Second {
+				t.Errorf("took %v to stop", el)
+			}
+			checkNoNamespaces(t, stdout.String())
+		})
+	}
+}
+
+// The real binary: exit 0 and a good pcap; SIGINT mid-run removes the
+// namespaces and exits 1.
+func TestLabBinary(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "xroce")
+	build := exec.Command("go", "build", "-o", bin, "github.com/xroce/xroce/cmd/xroce")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	pcap := filepath.Join(dir, "lab.pcap")
+	cmd := exec.Command(bin, "lab", "--duration", "200ms", "--loss", "5%", "--pcap", pcap, "--stat-dir", "", "--quiet")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("xroce lab: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "operations checked, all byte-exact") || !strings.Contains(string(out), "TCP (kernel)") {
+		t.Errorf("no results table in:\n%s", out)
+	}
+	if strings.Contains(string(out), "tour: each operation") {
+		t.Errorf("--quiet printed the tour:\n%s", out)
+	}
+	checkPcap(t, pcap)
+	dump := exec.Command(bin, "dump", "-q", pcap)
+	if dout, err := dump.CombinedOutput(); err != nil {
+		t.Errorf("xroce dump: %v\n%s", err, dout)
+	}
+
+	// Ctrl-C during the measurements.
+	var stdout labOutput
+	sig := make(chan struct{})
+	var once sync.Once
+	stdout.onWrite = func(all string) {
+		if strings.Contains(all, "measure:") {
+			once.Do(func() { close(sig) })
+		}
+	}
+	cmd = exec.Command(bin, "lab", "--duration", "10s", "--pcap", "", "--stat-dir", "")
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sig:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no measure phase:\n%s", stdout.String())
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("after SIGINT: %v, want exit status 1", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("took %v to stop after SIGINT", el)
+	}
+	checkNoNamespaces(t, stdout.String())
+}

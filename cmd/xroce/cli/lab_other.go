@@ -1,0 +1,12 @@
+//go:build !linux
+
+package cli
+
+import (
+	"context"
+	"errors"
+)
+
+func lab(context.Context, *env, labOptions) error {
+	return errors.New("lab: needs Linux (network namespaces, veth, AF_XDP)")
+}

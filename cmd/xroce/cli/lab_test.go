@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLabBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"lab", "--no-such-flag"},
+		{"lab", "extra"},
+		{"lab", "--duration", "-1s"},
+		{"lab", "--duration", "2m"},
+		{"lab", "--sizes", ""},
+		{"lab", "--sizes", "64,x"},
+		{"lab", "--sizes", "8M"},
+		{"lab", "--size", "0"},
+		{"lab", "--mtu", "100"},
+		{"lab", "--queues", "0"},
+		{"lab", "--loss", "0.9"},
+		{"lab", "--loss", "abc"},
+		{"lab", "--trace", "-1"},
+	} {
+		_, _, err := run(t, args...)
+		if ExitCode(err) != 2 {
+			t.Errorf("%q: %v (exit %d), want a usage error (exit 2)", args, err, ExitCode(err))
+		}
+	}
+}
+
+func TestLabFlagValues(t *testing.T) {
+	var sizes []int
+	if err := (sizesFlag{&sizes}).Set("64, 4k,1M"); err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 3 || sizes[0] != 64 || sizes[1] != 4096 || sizes[2] != 1<<20 {
+		t.Errorf("sizes %v, want [64 4096 1048576]", sizes)
+	}
+	var p float64
+	for in, want := range map[string]float64{"0.1": 0.1, "10%": 0.1, "0": 0} {
+		if err := (lossFlag{&p}).Set(in); err != nil || p != want {
+			t.Errorf("loss %q = %v, %v; want %v", in, p, err, want)
+		}
+	}
+}
+
+func TestSnake(t *testing.T) {
+	for in, want := range map[string]string{
+		"RxFrames": "rx_frames", "RNRNaksRx": "rnr_naks_rx", "RxBadICRC": "rx_bad_icrc", "MRs": "mrs",
+		"LinkRxFrames": "link_rx_frames", "TxNoBuffer": "tx_no_buffer", "ToError": "to_error",
+	} {
+		if got := snake(in); got != want {
+			t.Errorf("snake(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCounters(t *testing.T) {
+	type s struct {
+		RxFrames uint64
+		MRs      int
+		Name     string
+		Neg      int
+		hidden   uint64
+	}
+	cs := counters(s{RxFrames: 3, MRs: 2, Name: "x", Neg: -1, hidden: 9})
+	if len(cs) != 3 || cs[0].Name != "rx_frames" || cs[0].Value != 3 || cs[1].Name != "mrs" || cs[2].Value != 0 {
+		t.Errorf("counters = %+v", cs)
+	}
+}
+
+func TestFormats(t *testing.T) {
+	if got := gbits(1e9/8, time.Second); got != "1.00 Gbit/s" {
+		t.Errorf("gbits = %q", got)
+	}
+	for n, want := range map[int]string{64: "64 B", 4096: "4 KiB", 1 << 20: "1 MiB", 3 << 19: "1.5 MiB", 1000: "1000 B"} {
+		if got := byteSize(n); got != want {
+			t.Errorf("byteSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

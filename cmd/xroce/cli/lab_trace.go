@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+)
+
+// traceFrame is a frame kept for the sequence diagram.
+type traceFrame struct {
+	t    time.Time
+	data []byte
+}
+
+// diagram draws frames between two hosts as a sequence diagram: A's
+// frames as arrows to the right, B's to the left, one line each with the
+// time since the first frame drawn.
+type diagram struct {
+	w     io.Writer
+	a, b  netip.Addr
+	t0    time.Time
+	f     bth.Frame
+	drawn int
+}
+
+// width is the number of columns between the two lifelines.
+const diagramWidth = 78
+
+func newDiagram(w io.Writer, a, b netip.Addr) *diagram {
+	return &diagram{w: w, a: a, b: b}
+}
+
+// header prints the two lifelines' names.
+func (d *diagram) header(nameA, nameB string) {
+	left := fmt.Sprintf("A %s", nameA)
+	right := fmt.Sprintf("B %s", nameB)
+	fmt.Fprintf(d.w, "  %9s  %-*s%s\n", "ms", diagramWidth+2-len(right), left, right)
+}
+
+// frame draws one frame.
+func (d *diagram) frame(f traceFrame) {
+	if d.t0.IsZero() {
+		d.t0 = f.t
+	}
+	d.drawn++
+	ms := float64(f.t.Sub(d.t0)) / float64(time.Millisecond)
+	if err := d.f.Decode(f.data); err != nil {
+		fmt.Fprintf(d.w, "  %9.3f  |%s| %v\n", ms, strings.Repeat(" ", diagramWidth), err)
+		return
+	}
+	label := " " + describe(&d.f) + " "
+	if !d.f.VerifyICRC() {
+		label += "ICRC BAD "
+	}
+	toB := d.f.SrcIP() != d.b
+	fill := diagramWidth - 3 - len(label) // "-", "->" or "<-", "-"
+	if fill < 0 {
+		fill = 0
+	}
+	var line string
+	if toB {
+		line = "|-" + label + strings.Repeat("-", fill) + "->|"
+	} else {
+		line = "|<-" + strings.Repeat("-", fill) + label + "-|"
+	}
+	fmt.Fprintf(d.w, "  %9.3f  %s\n", ms, line)
+}
+
+// describe is a short line for a decoded frame: opcode, PSN, AckReq and
+// the extension headers' main fields.
+func describe(f *bth.Frame) string {
+	var b strings.Builder
+	op := f.Opcode()
+	fmt.Fprintf(&b, "%s PSN %d", op, f.BTH.PSN())
+	if f.BTH.AckReq() {
+		b.WriteString(" A")
+	}
+	if f.DETH != nil {
+		fmt.Fprintf(&b, " QKey %#x", f.DETH.QKey())
+	}
+	if f.RETH != nil {
+		fmt.Fprintf(&b, " RETH dlen %d", f.RETH.DMALen())
+	}
+	if f.AtomicETH != nil {
+		if op == bth.RCCompareSwap {
+			fmt.Fprintf(&b, " cmp %d swap %d", f.AtomicETH.Compare(), f.AtomicETH.SwapAdd())
+		} else {
+			fmt.Fprintf(&b, " add %d", f.AtomicETH.SwapAdd())
+		}
+	}
+	if f.AETH != nil {
+		fmt.Fprintf(&b, " %s MSN %d", f.AETH.Syndrome(), f.AETH.MSN())
+	}
+	if f.AtomicAckETH != nil {
+		fmt.Fprintf(&b, " orig %d", f.AtomicAckETH.OrigRemoteData())
+	}
+	if f.ImmDt != nil {
+		fmt.Fprintf(&b, " imm %#x", f.ImmDt.Imm())
+	}
+	if len(f.Payload) > 0 {
+		fmt.Fprintf(&b, " (%d B)", len(f.Payload))
+	}
+	return b.String()
+}
