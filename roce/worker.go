@@ -115,6 +115,9 @@ func (w *worker) run() {
 			// A transient link error: count it and go on after a pause,
 			// so that a broken link does not spin.
 			w.linkErrors.Add(1)
+			if n > 0 {
+				w.link.Release(w.bufs[:n])
+			}
 			w.mu.Unlock()
 			time.Sleep(time.Millisecond)
 			continue
