@@ -232,11 +232,14 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 	return nil
 }
 
-// localEndpoint describes q for its peer: QPN, a random PSN, the GID of
+// localEndpoint describes q (if not nil) for its peer: QPN, a random PSN, the GID of
 // index gid (< 0: the first IPv4-mapped one, else the link-local one) and
 // the device's MTU.
 func localEndpoint(dev *roce.Device, q *roce.QP, gid int) (roce.Endpoint, error) {
-	e := roce.Endpoint{QPN: q.QPN(), PSN: rand.Uint32() & 0xffffff, MTU: dev.Info().ActiveMTU}
+	e := roce.Endpoint{PSN: rand.Uint32() & 0xffffff, MTU: dev.Info().ActiveMTU}
+	if q != nil {
+		e.QPN = q.QPN()
+	}
 	if gid >= 0 {
 		g, err := dev.GID(gid)
 		if err != nil {

@@ -1,0 +1,102 @@
+//go:build linux
+
+package cli
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/internal/perftest"
+)
+
+var (
+	perfBWLineRE  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d{6})$`)
+	perfLatLineRE = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)(\s+\d+\.\d\d){7}\s*$`)
+	perfAddrRE    = regexp.MustCompile(`(?m)^ (local|remote) address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}`)
+	perfGIDRE     = regexp.MustCompile(`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:0[12]$`)
+)
+
+// checkPerf checks a perf run's output: banner, addresses, the table
+// header hdr (unless empty) and result lines of the given sizes.
+func checkPerf(t *testing.T, who string, r result, hdr string, sizes []int, iters int) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.err, r.stdout, r.stderr)
+	}
+	out := r.stdout
+	re := perfBWLineRE
+	if hdr == perftest.ResultLat {
+		re = perfLatLineRE
+	}
+	if hdr != "" && !strings.Contains(out, hdr+"\n") || !strings.Contains(out, "Test\n Dual-port       : OFF") ||
+		len(perfAddrRE.FindAllString(out, -1)) < 2 || len(perfGIDRE.FindAllString(out, -1)) < 2 {
+		t.Errorf("%s: banner, addresses or table header missing:\n%s", who, out)
+	}
+	lines := re.FindAllStringSubmatch(out, -1)
+	if len(lines) != len(sizes) {
+		t.Fatalf("%s: %d result lines, want %d:\n%s", who, len(lines), len(sizes), out)
+	}
+	for i, l := range lines {
+		if l[1] != fmt.Sprint(sizes[i]) || iters > 0 && l[2] != fmt.Sprint(iters) {
+			t.Errorf("%s: line %q: want %d bytes, %d iterations", who, l[0], sizes[i], iters)
+		}
+	}
+}
+
+func TestPerf(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	all := []int{}
+	for n := 2; n <= 1<<23; n *= 2 {
+		all = append(all, n)
+	}
+	for i, tc := range []struct {
+		test  string
+		flags []string
+		sizes []int
+		iters int
+	}{
+		{"write_bw", []string{"-n", "200"}, []int{65536}, 200},
+		{"write_bw", []string{"-n", "300", "-s", "1000", "-q", "3", "--report_gbits"}, []int{1000}, 900},
+		{"write_bw", []string{"-n", "300", "-s", "5000", "-c", "UC", "-m", "512"}, []int{5000}, 300},
+		{"read_bw", []string{"-n", "200", "-s", "10000"}, []int{10000}, 200},
+		{"send_bw", []string{"-n", "500", "-s", "4096"}, []int{4096}, 500},
+		{"send_bw", []string{"-n", "500", "-s", "100", "-c", "UC", "-q", "2"}, []int{100}, 1000},
+		{"atomic_bw", []string{"-n", "500"}, []int{8}, 500},
+		{"atomic_bw", []string{"-n", "100", "-A", "CMP_AND_SWAP"}, []int{8}, 100},
+		{"write_lat", []string{"-n", "200"}, []int{2}, 200},
+		{"write_lat", []string{"-n", "100", "-s", "3000", "-c", "UC"}, []int{3000}, 100},
+		{"read_lat", []string{"-n", "200", "-s", "100"}, []int{100}, 200},
+		{"send_lat", []string{"-n", "200"}, []int{2}, 200},
+		{"send_lat", []string{"-n", "50", "-a"}, all, 50},
+		{"write_bw", []string{"-n", "10", "-a"}, all, 10},
+	} {
+		t.Run(fmt.Sprintf("%s%q", tc.test, tc.flags), func(t *testing.T) {
+			port := 18600 + i
+			flags := append([]string{tc.test, "-p", fmt.Sprint(port), "-timeout", "10s"}, tc.flags...)
+			srv := append([]string{"perf", "-d", p.B.Ifname}, flags...)
+			cli := append([]string{"perf", "-d", p.A.Ifname}, flags...)
+			rs, rc := clientServer(t, p, port, srv, cli)
+			hdr := perftest.ResultBW
+			switch {
+			case strings.HasSuffix(tc.test, "_lat"):
+				hdr = perftest.ResultLat
+			case slices.Contains(tc.flags, "--report_gbits"):
+				hdr = perftest.ResultBWG
+			}
+			checkPerf(t, "client", rc, hdr, tc.sizes, tc.iters)
+			switch {
+			case tc.test == "read_lat":
+				checkPerf(t, "server", rs, "", nil, 0) // perftest's server prints no table
+			case strings.HasSuffix(tc.test, "_lat") || tc.test == "send_bw":
+				checkPerf(t, "server", rs, hdr, tc.sizes, tc.iters)
+			default: // the server prints the client's result: the last line
+				checkPerf(t, "server", rs, hdr, tc.sizes[len(tc.sizes)-1:], tc.iters)
+			}
+			t.Logf("client:\n%s", rc.stdout)
+		})
+	}
+}
