@@ -1,6 +1,6 @@
 #!/bin/bash
 # PID 1 of the interop VM (see interop/README.md). It runs the modes named in
-# XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap), writes
+# XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap, xroce), writes
 # logs, captures and results.tsv to the 9p share mounted at /out, then powers
 # the VM off. Every test is one row of /out/results.tsv:
 #   NAME <tab> PASS|FAIL|SKIP <tab> SECONDS <tab> DETAIL
@@ -208,12 +208,57 @@ mode_loss() {
 	fi
 }
 
-# mode_tap: rxe on eth0 (the tap to the host). First an ibv_rc_pingpong
-# server for the host's side-channel client: the host sees /out/tap.ready, runs
-# its client and answers with /out/tap.host-done. Then an ibv_rc_pingpong
-# client against the host's side-channel server.
-mode_tap() {
-	local t0 gid spid
+# --- the host's half -----------------------------------------------------------
+# The host (interop/run) watches /out/host for NAME.cmd files: line 1 a timeout
+# in seconds, line 2 a program from the share (xroce or ppexch), then one
+# argument a line. It runs the program in its namespace (tap0 198.18.1.1),
+# touches NAME.started, writes the output to /out/logs/NAME.txt and, when the
+# program ends, its exit status to NAME.rc.
+
+# host_start NAME TIMEOUT PROG ARGS...
+host_start() {
+	local name=$1
+	shift
+	mkdir -p /out/host
+	rm -f "/out/host/$name.rc" "/out/host/$name.started"
+	printf '%s\n' "$@" >"/out/host/$name.tmp" && mv "/out/host/$name.tmp" "/out/host/$name.cmd"
+	for _ in $(seq 100); do
+		[ -e "/out/host/$name.started" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# host_wait NAME SECONDS: prints the host program's exit status (124 if it has
+# not ended within SECONDS).
+host_wait() {
+	for _ in $(seq $(($2 * 10))); do
+		[ -s "/out/host/$1.rc" ] && { cat "/out/host/$1.rc"; return; }
+		sleep 0.1
+	done
+	echo 124
+}
+
+# client_retry LOG TIMEOUT CMD...: runs a tool's client until it connects (the
+# host's server may not listen yet); prints its exit status.
+client_retry() {
+	local log=$1 to=$2 rc
+	shift 2
+	for _ in $(seq 30); do
+		timeout -s KILL "$to" stdbuf -oL "$@" >"$log" 2>&1
+		rc=$?
+		grep -q "Couldn't connect" "$log" || break
+		sleep 0.3
+	done
+	echo "$rc"
+}
+
+# --- tap: rxe on the guest's eth0, the tap to the host -------------------------------
+TAP_GID=0000:0000:0000:0000:0000:ffff:c612:0102
+
+tap_link() {
+	local t0 gid
+	[ -e /sys/class/infiniband/rxetap ] && return 0
 	t0=$(now)
 	modprobe -a virtio_net rdma_rxe ib_uverbs
 	ip link set lo up
@@ -223,7 +268,7 @@ mode_tap() {
 	rdma link add rxetap type rxe netdev eth0
 	for _ in $(seq 50); do
 		gid=$(cat /sys/class/infiniband/rxetap/ports/1/gids/1 2>/dev/null)
-		[ "$gid" = 0000:0000:0000:0000:0000:ffff:c612:0102 ] && break
+		[ "$gid" = $TAP_GID ] && break
 		sleep 0.1
 	done
 	{
@@ -232,62 +277,170 @@ mode_tap() {
 		ibv_devinfo -v -d rxetap
 		echo "gid 1: $gid type $(cat /sys/class/infiniband/rxetap/ports/1/gid_attrs/types/1)"
 	} >/out/logs/tap.devinfo.txt 2>&1
-	if [ "$gid" = 0000:0000:0000:0000:0000:ffff:c612:0102 ]; then
+	if [ "$gid" = $TAP_GID ]; then
 		result tap.gid PASS "$t0" "rxetap on eth0 (MTU $(cat /sys/class/net/eth0/mtu)): GID index 1 $gid ($(cat /sys/class/infiniband/rxetap/ports/1/gid_attrs/types/1)), active MTU $(awk '/active_mtu/ { print $2; exit }' /out/logs/tap.devinfo.txt)"
 	else
 		result tap.gid FAIL "$t0" "GID index 1 is '$gid', want ::ffff:198.18.1.2"
 	fi
-
 	t0=$(now)
 	if ping -c 3 -i 0.2 -W 2 198.18.1.1 >/out/logs/tap.ping.txt 2>&1; then
 		result tap.ping PASS "$t0" "$(grep -E 'packets transmitted' /out/logs/tap.ping.txt)"
 	else
 		result tap.ping FAIL "$t0" "$(grep -E 'packets transmitted' /out/logs/tap.ping.txt)"
 	fi
+}
+
+# mode_tap: both roles of ibv_rc_pingpong's TCP side channel against the host's
+# ppexch, with no RDMA peer on the host: the tool moves its QP to RTR/RTS and
+# prints the remote address; a client then sends its first SEND to the QP the
+# host announced and retransmits it, unanswered, until it is stopped.
+mode_tap() {
+	local t0 spid rc
+	tap_link
 
 	t0=$(now)
 	timeout -s KILL 120 stdbuf -oL ibv_rc_pingpong -d rxetap -g 1 -n 5 -s 64 >/out/logs/tap.server.txt 2>&1 &
 	spid=$!
-	if ! wait_listen 18515; then
-		result tap.rc_pingpong_server FAIL "$t0" "server did not listen on 18515"
-		kill -9 "$spid"
-		wait "$spid"
-		return
+	if wait_listen 18515 && host_start tap.host-client 30 ppexch -connect 198.18.1.2:18515 \
+		-gid ::ffff:198.18.1.1 -qpn 0x000123 -psn 0x00abcd -want-gid ::ffff:198.18.1.2; then
+		rc=$(host_wait tap.host-client 40)
+	else
+		rc="not started"
 	fi
-	touch /out/tap.ready
-	for _ in $(seq 600); do [ -e /out/tap.host-done ] && break; sleep 0.1; done
-	# The server has moved its QP to RTR/RTS and printed the remote address; it
-	# now waits for SENDs the host cannot make yet.
-	sleep 1
+	sleep 1 # the server prints its remote address line, then waits for SENDs
 	kill -9 "$spid" 2>/dev/null
 	wait "$spid"
-	if grep -q 'remote address: LID 0x0000, QPN 0x[0-9a-f]*, PSN 0x[0-9a-f]*, GID ::ffff:198.18.1.1' /out/logs/tap.server.txt; then
+	if grep -q 'remote address: LID 0x0000, QPN 0x000123, PSN 0x00abcd, GID ::ffff:198.18.1.1' /out/logs/tap.server.txt; then
 		result tap.rc_pingpong_server PASS "$t0" "$(grep 'remote address' /out/logs/tap.server.txt | sed 's/^ *//')"
 	else
 		result tap.rc_pingpong_server FAIL "$t0" "no remote address line: $(tail -1 /out/logs/tap.server.txt)"
 	fi
+	if [ "$rc" = 0 ]; then
+		result tap.host_ppexch_connect PASS "$t0" "$(grep 'remote address' /out/logs/tap.host-client.txt | sed 's/^ *//')"
+	else
+		result tap.host_ppexch_connect FAIL "$t0" "exit $rc: $(tail -1 /out/logs/tap.host-client.txt 2>/dev/null)"
+	fi
 
-	# The other role: an ibv_rc_pingpong client against the host's ppexch
-	# -listen. After the exchange it sends its first SEND to the host's QP over
-	# the tap and retransmits it, unanswered, until it is stopped.
 	t0=$(now)
+	host_start tap.host-server 60 ppexch -listen 198.18.1.1:18515 \
+		-gid ::ffff:198.18.1.1 -qpn 0x000456 -psn 0x00cdef -want-gid ::ffff:198.18.1.2
+	# -n 5: the client sends its first SEND after the exchange, then waits.
 	timeout -s KILL 60 stdbuf -oL ibv_rc_pingpong -d rxetap -g 1 -n 5 -s 64 198.18.1.1 >/out/logs/tap.client.txt 2>&1 &
 	spid=$!
-	for _ in $(seq 200); do grep -q 'remote address' /out/logs/tap.client.txt && break; sleep 0.1; done
-	sleep 2
+	for _ in $(seq 100); do
+		grep -q 'remote address' /out/logs/tap.client.txt && break
+		if ! kill -0 "$spid" 2>/dev/null; then # refused: the host did not listen yet
+			sleep 0.3
+			timeout -s KILL 60 stdbuf -oL ibv_rc_pingpong -d rxetap -g 1 -n 5 -s 64 198.18.1.1 >/out/logs/tap.client.txt 2>&1 &
+			spid=$!
+		fi
+		sleep 0.1
+	done
+	sleep 2 # rxe sends the SEND and retransmits it
 	kill -9 "$spid" 2>/dev/null
 	wait "$spid"
+	rc=$(host_wait tap.host-server 10)
 	if grep -q 'remote address: LID 0x0000, QPN 0x000456, PSN 0x00cdef, GID ::ffff:198.18.1.1' /out/logs/tap.client.txt; then
 		result tap.rc_pingpong_client PASS "$t0" "$(grep 'remote address' /out/logs/tap.client.txt | sed 's/^ *//'); SENDs left for the host"
 	else
 		result tap.rc_pingpong_client FAIL "$t0" "no remote address line: $(tail -1 /out/logs/tap.client.txt)"
 	fi
+	if [ "$rc" = 0 ]; then
+		result tap.host_ppexch_listen PASS "$t0" "$(grep 'remote address' /out/logs/tap.host-server.txt | sed 's/^ *//')"
+	else
+		result tap.host_ppexch_listen FAIL "$t0" "exit $rc: $(tail -1 /out/logs/tap.host-server.txt 2>/dev/null)"
+	fi
+}
+
+# --- xroce: the RoCE half, xroce on the host against rxe in the guest ----------------
+
+# vs_host NAME TIMEOUT GUEST_SERVER... -- HOST_CLIENT...: a tool's server in
+# the guest, the host's xroce as its client (HOST_CLIENT are xroce's arguments).
+vs_host_client() {
+	local name=$1 to=$2 t0 srv=() spid src hrc
+	shift 2
+	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+	shift
+	t0=$(now)
+	timeout -s KILL "$to" stdbuf -oL "${srv[@]}" >"/out/logs/$name.guest-server.txt" 2>&1 &
+	spid=$!
+	if wait_listen 18515 && host_start "$name.host-client" "$to" xroce "$@"; then
+		hrc=$(host_wait "$name.host-client" "$to")
+	else
+		hrc="not started"
+	fi
+	# The server ends with the client, or soon after.
+	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$spid" 2>/dev/null
+	wait "$spid"
+	src=$?
+	if [ "$src" = 0 ] && [ "$hrc" = 0 ]; then
+		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-server.txt"); xroce: $(detail "/out/logs/$name.host-client.txt")"
+	else
+		result "$name" FAIL "$t0" "rxe server exit $src, xroce client exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-client.txt" 2>/dev/null | tail -1 | cut -c1-100)"
+	fi
+}
+
+# vs_host_server NAME TIMEOUT GUEST_CLIENT... -- HOST_SERVER...: xroce's
+# server on the host, a tool's client in the guest.
+vs_host_server() {
+	local name=$1 to=$2 t0 cli=() crc hrc
+	shift 2
+	while [ "$1" != "--" ]; do cli+=("$1"); shift; done
+	shift
+	t0=$(now)
+	if host_start "$name.host-server" "$to" xroce "$@"; then
+		crc=$(client_retry "/out/logs/$name.guest-client.txt" "$to" "${cli[@]}")
+		hrc=$(host_wait "$name.host-server" "$to")
+	else
+		crc="not run" hrc="not started"
+	fi
+	if [ "$crc" = 0 ] && [ "$hrc" = 0 ]; then
+		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-client.txt"); xroce: $(detail "/out/logs/$name.host-server.txt")"
+	else
+		result "$name" FAIL "$t0" "rxe client exit $crc, xroce server exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-server.txt" 2>/dev/null | tail -1 | cut -c1-100)"
+	fi
+}
+
+# mode_xroce: `xroce pingpong` on the host's tap0 against rdma-core's
+# ibv_rc_pingpong and ibv_ud_pingpong in the guest, both roles, data checked
+# (-c), captured on the guest's eth0. Skipped while xroce has no pingpong.
+# XROCE_TIMEOUT (kernel parameter) bounds each tool run, default 120 s.
+mode_xroce() {
+	local t0 s
+	tap_link
+	t0=$(now)
+	if ! /out/xroce help 2>&1 | grep -qw pingpong; then
+		result xroce.pingpong SKIP "$t0" "this xroce has no pingpong subcommand yet"
+		touch /out/pcap/xroce.skipped
+		return
+	fi
+	tcpdump -i eth0 -s 0 -B 65536 -w /tmp/xroce.pcap udp port 4791 2>/out/logs/xroce.tcpdump.txt &
+	TCPDUMP=$!
+	for _ in $(seq 50); do grep -q 'listening on' /out/logs/xroce.tcpdump.txt && break; sleep 0.1; done
+	local to=${XROCE_TIMEOUT:-120}
+	for s in 13 1024 4097 65536; do
+		vs_host_client "xroce.rc.s$s.xroce_client" "$to" ibv_rc_pingpong -d rxetap -g 1 -m 1024 -s "$s" -n 50 -c -- \
+			pingpong -d tap0 -s "$s" -n 50 -c 198.18.1.2
+		vs_host_server "xroce.rc.s$s.xroce_server" "$to" ibv_rc_pingpong -d rxetap -g 1 -m 1024 -s "$s" -n 50 -c 198.18.1.1 -- \
+			pingpong -d tap0 -s "$s" -n 50 -c
+	done
+	vs_host_client xroce.ud.xroce_client "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c -- \
+		pingpong --ud -d tap0 -s 1000 -n 50 -c 198.18.1.2
+	vs_host_server xroce.ud.xroce_server "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c 198.18.1.1 -- \
+		pingpong --ud -d tap0 -s 1000 -n 50 -c
+	t0=$(now)
+	sleep 0.5
+	kill -INT "$TCPDUMP"
+	wait "$TCPDUMP"
+	cp /tmp/xroce.pcap /out/pcap/xroce.pcap
+	result xroce.tcpdump PASS "$t0" "$(grep -E 'captured|dropped' /out/logs/xroce.tcpdump.txt | paste -sd' ')"
 }
 
 for m in ${XROCE_MODE//,/ }; do
 	t0=$(now)
 	case $m in
-	selftest | loss | tap) "mode_$m" ;;
+	selftest | loss | tap | xroce) "mode_$m" ;;
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
 	esac
 	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds
