@@ -154,6 +154,9 @@ func (r *labRun) setup() error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	r.rec = rec
+	if gone, err := netns.Sweep(); err == nil && len(gone) > 0 {
+		fmt.Fprintf(r.out, "removed %d namespaces left by xroce processes that died: %v\n", len(gone), gone)
+	}
 	r.pair, err = netns.New(netns.Config{MTU: r.o.mtu, Queues: r.o.queues})
 	if err != nil {
 		return fmt.Errorf("lab: make namespaces: %w", err)

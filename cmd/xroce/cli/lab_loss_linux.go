@@ -18,7 +18,7 @@ import (
 const (
 	lossWrites  = 16       // RDMA WRITEs of lossChunk into disjoint slots
 	lossReads   = 16       // RDMA READs of lossChunk
-	lossChunk   = 64 << 10 // bytes per WRITE and READ
+	lossChunk   = 32 << 10 // bytes per WRITE and READ
 	lossSends   = 16       // SENDs of lossSendLen
 	lossSendLen = 4 << 10
 	lossAdds    = 32    // FETCH_ADDs of 1 on one word
@@ -47,8 +47,8 @@ func (r *labRun) lossPhase() error {
 	q := r.qpsNamed("rc-loss")
 	a, b := q[0], q[1]
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "loss: both XDP programs drop %g%% of the RoCE frames they receive; RC recovers (ACK timeout %v)\n",
-		r.o.loss*100, 4096*time.Nanosecond<<10)
+	fmt.Fprintf(w, "loss: both XDP programs drop %g%% of the RoCE frames they receive; RC recovers (ACK timeout 4.2 ms)\n",
+		r.o.loss*100)
 	before := r.lossCounters()
 	r.keepFrames(lossKeep)
 	for _, h := range []*labHost{r.a, r.b} {
@@ -234,23 +234,47 @@ func (r *labRun) lossTable(before, after lossCounters) {
 	r.res.lossRetrans = rows[5].a + rows[5].b
 }
 
-// drawFirstNAK draws the frames around the first NAK of the loss phase.
+// drawFirstNAK draws the first PSN sequence NAK of the loss phase: the
+// request it names as lost (the last one sent with that PSN before it), the
+// NAK and the go-back-N retransmission that follows.
 func (r *labRun) drawFirstNAK(kept []traceFrame) {
 	var f bth.Frame
 	for i, k := range kept {
-		if f.Decode(k.data) != nil || f.AETH == nil || f.AETH.Syndrome().IsACK() {
+		if f.Decode(k.data) != nil || f.AETH == nil || f.AETH.Syndrome() != bth.NakPSNSeqError {
 			continue
 		}
-		from, to := max(i-6, 0), min(i+10, len(kept))
-		fmt.Fprintf(r.out, "\n  the first NAK and the go-back-N retransmission after it (frames %d..%d of the phase):\n", from+1, to)
+		psn, src := f.BTH.PSN(), f.DstIP() // the lost request went the other way
+		lost := -1
+		for j := i - 1; j >= 0; j-- {
+			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
+				lost = j
+				break
+			}
+		}
+		fmt.Fprintf(r.out, "\n  the first NAK: B saw PSN %d missing (X: it never reached B); A goes back to it:\n", psn)
 		d := newDiagram(r.out, r.a.h.IP, r.b.h.IP)
-		d.t0 = kept[from].t
-		for _, k := range kept[from:to] {
+		from := max(i-3, 0)
+		if lost >= 0 {
+			from = max(lost-2, 0)
+			d.t0 = kept[from].t
+			for j := from; j <= min(lost+2, i-1); j++ {
+				if j == lost {
+					d.lost(kept[j])
+				} else {
+					d.frame(kept[j])
+				}
+			}
+			from = max(lost+3, i-3)
+			d.skip(from - (lost + 3))
+		} else {
+			d.t0 = kept[from].t
+		}
+		for _, k := range kept[from:min(i+6, len(kept))] {
 			d.frame(k)
 		}
 		return
 	}
 	if len(kept) > 0 {
-		fmt.Fprintln(r.out, "\n  no NAK among the frames kept: losses were recovered by ACK timeouts")
+		fmt.Fprintln(r.out, "\n  no PSN sequence NAK among the frames kept: the losses were recovered by ACK timeouts")
 	}
 }

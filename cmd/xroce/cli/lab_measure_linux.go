@@ -126,6 +126,12 @@ func (r *labRun) rdmaLatency() (string, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer func() {
+			if p := recover(); p != nil { // end the lab with an error, not a crash that leaves the namespaces
+				echoErr <- fmt.Errorf("echo: panic: %v", p)
+				cancel()
+			}
+		}()
 		echoErr <- r.echo(ctx, b)
 	}()
 	defer wg.Wait()

@@ -42,7 +42,19 @@ func (d *diagram) header(nameA, nameB string) {
 }
 
 // frame draws one frame.
-func (d *diagram) frame(f traceFrame) {
+func (d *diagram) frame(f traceFrame) { d.draw(f, false) }
+
+// lost draws a frame that never arrived: its arrow stops short with an X.
+func (d *diagram) lost(f traceFrame) { d.draw(f, true) }
+
+// skip notes frames left out of the diagram.
+func (d *diagram) skip(n int) {
+	if n > 0 {
+		fmt.Fprintf(d.w, "  %9s  |%*s|\n", "", -diagramWidth, fmt.Sprintf("   ... %d frames ...", n))
+	}
+}
+
+func (d *diagram) draw(f traceFrame, lost bool) {
 	if d.t0.IsZero() {
 		d.t0 = f.t
 	}
@@ -62,9 +74,14 @@ func (d *diagram) frame(f traceFrame) {
 		fill = 0
 	}
 	var line string
-	if toB {
+	switch {
+	case toB && lost:
+		line = "|-" + label + strings.Repeat("-", max(fill-1, 0)) + "X  |"
+	case toB:
 		line = "|-" + label + strings.Repeat("-", fill) + "->|"
-	} else {
+	case lost:
+		line = "|  X" + strings.Repeat("-", max(fill-1, 0)) + label + "-|"
+	default:
 		line = "|<-" + strings.Repeat("-", fill) + label + "-|"
 	}
 	fmt.Fprintf(d.w, "  %9.3f  %s\n", ms, line)
