@@ -98,8 +98,8 @@ func (m *MR) SGE(off, n int) SGE {
 // caller that such an operation finished (a message from the peer, often
 // through the kernel) is not a synchronization the Go race detector sees.
 // Call Sync after learning that a peer's one-sided operation completed and
-// before reading the region, and after writing data a peer will read or
-// modify. Completions on a CQ need no Sync: polling one synchronizes with
+// before reading or writing the region, and after writing data a peer will
+// read or modify. Completions on a CQ need no Sync: polling one synchronizes with
 // the worker that produced it. Sync waits for each worker's current batch.
 func (m *MR) Sync() { m.pd.d.sync() }
 

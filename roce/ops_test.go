@@ -13,6 +13,7 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 			// SEND and SEND_WITH_IMM.
 			for _, op := range []WROpcode{WRSend, WRSendWithImm} {
 				fill(a.buf[:n], uint64(n)+uint64(op))
+				b.mr.Sync()
 				clear(b.buf[:n])
 				if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, n)}}); err != nil {
 					t.Fatal(err)
@@ -30,8 +31,9 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 			// RDMA WRITE and WRITE_WITH_IMM into b.
 			for _, op := range []WROpcode{WRRDMAWrite, WRRDMAWriteWithImm} {
 				fill(a.buf[:n], uint64(n)*3+uint64(op))
+				b.mr.Sync() // the device's accesses so far happen before ours
 				clear(b.buf[:n])
-				b.mr.Sync()
+				b.mr.Sync() // and ours before its next ones
 				if op == WRRDMAWriteWithImm {
 					if err := b.qp.PostRecv(&RecvWR{ID: 3}); err != nil {
 						t.Fatal(err)
@@ -53,6 +55,7 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 				same(t, op.String(), b.buf[:n], a.buf[:n])
 			}
 			// RDMA READ from b.
+			b.mr.Sync()
 			fill(b.buf[:n], uint64(n)*5)
 			b.mr.Sync()
 			clear(a.buf[:n])
@@ -65,6 +68,7 @@ func testOps(t *testing.T, a, b *side, sizes []int) {
 		})
 	}
 	t.Run("atomics", func(t *testing.T) {
+		b.mr.Sync()
 		binary.LittleEndian.PutUint64(b.buf[8:], 40)
 		b.mr.Sync()
 		post := func(wr SendWR) uint64 {
