@@ -17,7 +17,8 @@ import (
 var ErrBadMessage = errors.New("roce: malformed connection message")
 
 // Codec encodes the Endpoint each side sends during connection setup, as
-// fixed-size messages.
+// fixed-size messages. The codecs here are stateless and safe for
+// concurrent use.
 type Codec interface {
 	// Size is the length of every message.
 	Size() int
