@@ -650,30 +650,13 @@ func (p *progress) tick(now time.Time, done, total int, bytes int64) {
 	fmt.Fprintf(p.w, "perf: %s: %d%s iterations in %.0f s, %.2f MB/sec so far\n", p.what, done, of, el, float64(bytes)/el/(1<<20))
 }
 
-// poll waits for completions on cq: it spins (yielding to the device's
-// workers) and gives up after the timeout without one.
+// poll waits for completions on cq (see pollCQ) and gives up after the
+// timeout without one.
 func (r *perfRun) poll(ctx context.Context, cq *roce.CQ) (int, error) {
 	if n := cq.Poll(r.wcs[:]); n > 0 {
 		return n, nil
 	}
-	deadline := time.Now().Add(r.o.timeout)
-	for i := 1; ; i++ {
-		if n := cq.Poll(r.wcs[:]); n > 0 {
-			return n, nil
-		}
-		runtime.Gosched()
-		if i%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if err := cq.Err(); err != nil {
-				return 0, err
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("no completion for %v: is the peer still there?", r.o.timeout)
-			}
-		}
-	}
+	return pollCQ(ctx, cq, r.wcs[:], time.Now().Add(r.o.timeout), r.o.timeout)
 }
 
 func wcError(wc *roce.WC) error {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/xroce/xroce/roce"
@@ -35,7 +36,10 @@ as ::ffff:a.b.c.d; index 0 is the link-local GID). -c validates the data as
 ibv_rc_pingpong -c does (the first byte of each 4 KiB page) and, between two
 xroce ends, every byte. -l (service level) and -o/-O/-P (on-demand paging)
 are accepted and ignored: xroce has no service levels on untagged Ethernet
-and its memory is always present.`
+and its memory is always present. Without -e the completion queue is polled
+(for a short while, then xroce sleeps until the next completion, so that a
+spinning poller does not starve the device's own workers on a small
+machine); with -e it sleeps on every completion notification.`
 
 const pingpongExamples = `  xroce pingpong -d eth0 -g 1                 # server
   xroce pingpong -d eth0 -g 1 198.18.0.1      # client
@@ -343,7 +347,7 @@ func (s *ppSide) exchange(ctx context.Context, local roce.Endpoint, opts roce.Co
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errors.New("the peer closed the connection")
 		}
-		return roce.Endpoint{}, fmt.Errorf("pingpong: %s %s: %w", what, peer, err)
+		return roce.Endpoint{}, fmt.Errorf("pingpong: %s %s: %w (is the peer an ibv_rc_pingpong of the same kind, RC or --ud?)", what, peer, unwrapOp(err))
 	}
 	connect := func(remote roce.Endpoint) error {
 		if !o.ud {
@@ -421,6 +425,9 @@ func ppDial(ctx context.Context, host string, port int, cmd string) (net.Conn, e
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%s: couldn't connect to %s: no answer within the timeout (is the address right?)", cmd, addr)
+			}
+			if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+				return nil, fmt.Errorf("%s: couldn't connect to %s: %w (is the address right?)", cmd, addr, unwrapOp(err))
 			}
 			return nil, fmt.Errorf("%s: couldn't connect to %s: %w (is the server running?)", cmd, addr, unwrapOp(err))
 		}
@@ -533,24 +540,37 @@ func (s *ppSide) poll(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	for i := 0; ; i++ {
-		if n := s.cq.Poll(s.wcs[:]); n > 0 {
-			return n, nil
+	return pollCQ(ctx, s.cq, s.wcs[:], deadline, s.o.timeout)
+}
+
+// spinPolls is how many times pollCQ polls, yielding in between, before it
+// sleeps on the CQ's notification: long enough to catch a reply in a
+// ping-pong on an idle machine, short enough not to steal the core from
+// the device's workers (and the peer's) on a busy one.
+const spinPolls = 200
+
+// pollCQ waits for completions on cq until deadline: it polls spinPolls
+// times, yielding to other goroutines, then sleeps until the CQ is
+// notified, and so on.
+func pollCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
+	for {
+		for range spinPolls {
+			if n := cq.Poll(wcs); n > 0 {
+				return n, nil
+			}
+			runtime.Gosched()
 		}
-		// Let the device's workers (and a peer in the same process)
-		// run: with fewer cores than spinning goroutines, spinning
-		// alone would starve them.
-		runtime.Gosched()
-		if i%1024 == 1023 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		err := cq.Wait(wctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return 0, fmt.Errorf("no completion for %v: is the peer still there?", timeout)
 			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("no completion for %v: the peer is gone?", s.o.timeout)
-			}
-			if err := s.cq.Err(); err != nil {
-				return 0, err
-			}
+			return 0, err
+		}
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
 		}
 	}
 }

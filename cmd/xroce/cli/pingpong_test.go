@@ -52,7 +52,8 @@ func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan result {
 	return c
 }
 
-// waitListen waits until a TCP socket listens on port in h's namespace.
+// waitListen waits until a TCP socket listens on port in h's namespace
+// or the server (if not nil) ends.
 func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
 	t.Helper()
 	want := fmt.Sprintf(":%04X", port)
@@ -78,6 +79,10 @@ func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
 		})
 		if found {
 			return
+		}
+		if server == nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		select {
 		case r := <-server:
