@@ -401,6 +401,13 @@ func (r *labRun) printSetup() {
 	}
 }
 
+// fence orders the lab's accesses to q's buffer with q's worker, which
+// touches the buffer under its lock: a one-sided operation (WRITE, READ,
+// atomic) gives the remote side no completion to synchronize on, so the
+// lab takes that lock after preparing the remote buffer and before
+// checking it.
+func (q *labQP) fence() { q.qp.State() }
+
 // post posts wr on q and counts it.
 func (q *labQP) post(wr *roce.SendWR) error {
 	if err := q.qp.PostSend(wr); err != nil {
@@ -622,6 +629,7 @@ func (r *labRun) rcOps(a, b *labQP, n int) error {
 		err := r.tourStep(fmt.Sprintf("RC %s %s", name, size), func() (string, error) {
 			fillRandom(a.buf[:n], uint64(n)<<8|uint64(op))
 			clear(b.buf[:n])
+			b.fence()
 			if op == roce.WRRDMAWriteWithImm {
 				if err := b.recv(3, 0, 0); err != nil {
 					return "", err
@@ -645,6 +653,7 @@ func (r *labRun) rcOps(a, b *labQP, n int) error {
 				}
 				detail += ", B got imm 0xbeef"
 			}
+			b.fence()
 			return detail, sameBytes("B's buffer", b.buf[:n], a.buf[:n])
 		})
 		if err != nil {
@@ -653,6 +662,7 @@ func (r *labRun) rcOps(a, b *labQP, n int) error {
 	}
 	return r.tourStep(fmt.Sprintf("RC READ %s", size), func() (string, error) {
 		fillRandom(b.buf[:n], uint64(n)<<8|0xee)
+		b.fence()
 		clear(a.buf[:n])
 		if err := a.post(&roce.SendWR{ID: 5, Opcode: roce.WRRDMARead, Flags: roce.SendSignaled, SGL: []roce.SGE{a.mr.SGE(0, n)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
@@ -673,6 +683,7 @@ func (r *labRun) rcOps(a, b *labQP, n int) error {
 // on an 8-byte word of b's memory.
 func (r *labRun) atomics(a, b *labQP) error {
 	binary.LittleEndian.PutUint64(b.buf[8:], 40)
+	b.fence()
 	type atomicCase struct {
 		title          string
 		wr             roce.SendWR
@@ -700,6 +711,7 @@ func (r *labRun) atomics(a, b *labQP) error {
 			if _, err := r.expect(a, c.op); err != nil {
 				return "", err
 			}
+			b.fence()
 			orig, now := binary.LittleEndian.Uint64(a.buf), binary.LittleEndian.Uint64(b.buf[8:])
 			if orig != c.orig || now != c.after {
 				return "", fmt.Errorf("host A got %d, B's word is %d; want %d and %d", orig, now, c.orig, c.after)

@@ -21,6 +21,9 @@ import (
 // needRoot skips a test that needs namespaces and XDP.
 func needRoot(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("the lab takes seconds: not with -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("the lab needs root (network namespaces, XDP)")
 	}

@@ -107,6 +107,7 @@ func (r *labRun) lossPhase() error {
 func (r *labRun) lossWrites(a, b *labQP) (string, error) {
 	fillRandom(a.buf[:lossWrites*lossChunk], 0x1055)
 	clear(b.buf[:lossWrites*lossChunk])
+	b.fence()
 	for i := range lossWrites {
 		off := i * lossChunk
 		if err := a.post(&roce.SendWR{ID: uint64(i), Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
@@ -120,11 +121,13 @@ func (r *labRun) lossWrites(a, b *labQP) (string, error) {
 		}
 	}
 	n := lossWrites * lossChunk
+	b.fence()
 	return fmt.Sprintf("B's memory holds all %s, byte-exact", byteSize(n)), sameBytes("B's buffer", b.buf[:n], a.buf[:n])
 }
 
 func (r *labRun) lossReads(a, b *labQP) (string, error) {
 	fillRandom(b.buf[:lossReads*lossChunk], 0x2055)
+	b.fence()
 	clear(a.buf[:lossReads*lossChunk])
 	for i := range lossReads {
 		off := i * lossChunk
@@ -180,6 +183,7 @@ func (r *labRun) lossAddsStep(a, b *labQP) (string, error) {
 	const word = 1<<20 + 64<<10 // B's counter
 	const res = 1<<20 + 64<<10  // A's results, 8 bytes each
 	binary.LittleEndian.PutUint64(b.buf[word:], 0)
+	b.fence()
 	clear(a.buf[res : res+8*lossAdds])
 	for i := range lossAdds {
 		if err := a.post(&roce.SendWR{ID: uint64(i), Opcode: roce.WRAtomicFetchAdd, Flags: roce.SendSignaled, CompareAdd: 1,
@@ -202,6 +206,7 @@ func (r *labRun) lossAddsStep(a, b *labQP) (string, error) {
 			return "", fmt.Errorf("the old values returned are not 0..%d once each (sorted: %v)", lossAdds-1, got)
 		}
 	}
+	b.fence()
 	if v := binary.LittleEndian.Uint64(b.buf[word:]); v != lossAdds {
 		return "", fmt.Errorf("host B's word is %d after %d adds of 1", v, lossAdds)
 	}
