@@ -100,3 +100,17 @@ func TestPerf(t *testing.T) {
 		})
 	}
 }
+
+// A run of -D seconds: one result line, and progress lines on stderr.
+func TestPerfDuration(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	flags := []string{"write_bw", "-D", "3", "-s", "4096", "-p", "18650", "-timeout", "10s"}
+	rs, rc := clientServer(t, p, 18650,
+		append([]string{"perf", "-d", p.B.Ifname}, flags...), append([]string{"perf", "-d", p.A.Ifname}, flags...))
+	checkPerf(t, "client", rc, perftest.ResultBW, []int{4096}, 0)
+	checkPerf(t, "server", rs, perftest.ResultBW, []int{4096}, 0)
+	if !regexp.MustCompile(`(?m)^perf: write_bw: \d+ iterations in [23] s, \d+\.\d\d MB/sec so far$`).MatchString(rc.stderr) {
+		t.Errorf("no progress line on the client's stderr:\n%s", rc.stderr)
+	}
+	t.Logf("client:\n%s\nstderr:\n%s", rc.stdout, rc.stderr)
+}
