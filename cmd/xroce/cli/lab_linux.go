@@ -158,6 +158,9 @@ func (r *labRun) setup() error {
 		fmt.Fprintf(r.out, "removed %d namespaces left by xroce processes that died: %v\n", len(gone), gone)
 	}
 	r.pair, err = netns.New(netns.Config{MTU: r.o.mtu, Queues: r.o.queues})
+	if errors.Is(err, netns.ErrPermission) {
+		return fmt.Errorf("lab: make namespaces: %w (run it as root: sudo xroce lab)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("lab: make namespaces: %w", err)
 	}
@@ -492,6 +495,7 @@ func (r *labRun) tourStep(title string, fn func() (string, error)) error {
 		r.failures++
 		status, detail = "FAIL", err.Error()
 	}
+	r.progressDone()
 	plural := "s"
 	if packets == 1 {
 		plural = " "
