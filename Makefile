@@ -18,9 +18,9 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install what the build and tests need (Go modules, tshark, iproute2, staticcheck).
+deps: ## Install what the build and tests need (Go modules, tshark, iproute2, iperf3, sockperf, staticcheck).
 	@missing=""; \
-	for p in tshark:tshark ip:iproute2 tc:iproute2; do \
+	for p in tshark:tshark ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf; do \
 		cmd=$${p%%:*}; pkg=$${p##*:}; \
 		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
@@ -46,7 +46,7 @@ lint: ## gofmt, go vet and staticcheck; fails on any finding.
 test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark).
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
 	@echo "benchmarks: each ran once, ok"
-	CGO_ENABLED=1 $(GO) test -count=1 -race -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/...
+	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./examples/...
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
 .PHONY: test-short
