@@ -274,7 +274,26 @@ func (r *labRun) drawFirstNAK(kept []traceFrame) {
 		} else {
 			d.t0 = kept[from].t
 		}
-		for _, k := range kept[from:min(i+6, len(kept))] {
+		// The NAK, then the first retransmission of the lost PSN.
+		again := -1
+		for j := i + 1; j < len(kept); j++ {
+			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
+				again = j
+				break
+			}
+		}
+		if again < 0 {
+			for _, k := range kept[from:min(i+6, len(kept))] {
+				d.frame(k)
+			}
+			return
+		}
+		upto := min(i+2, again)
+		for _, k := range kept[from:upto] {
+			d.frame(k)
+		}
+		d.skip(again - upto)
+		for _, k := range kept[again:min(again+4, len(kept))] {
 			d.frame(k)
 		}
 		return

@@ -425,8 +425,8 @@ func (r *labRun) report() {
 	w := r.e.stdout
 	res := &r.res
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "results (veth MTU %d, RoCE MTU %d, %d queue(s) per device, AF_XDP %s mode)\n", r.o.mtu,
-		r.a.dev.Info().ActiveMTU.Bytes(), r.o.queues, r.a.mode)
+	fmt.Fprintf(w, "results (veth MTU %d, RoCE MTU %d, %s per device, AF_XDP %s mode)\n", r.o.mtu,
+		r.a.dev.Info().ActiveMTU.Bytes(), plural(r.o.queues, "queue"), r.a.mode)
 	okText := "all byte-exact"
 	if r.failures > 0 {
 		okText = fmt.Sprintf("%d FAILED", r.failures)

@@ -110,7 +110,9 @@ func describe(f *bth.Frame) string {
 		}
 	}
 	if f.AETH != nil {
-		fmt.Fprintf(&b, " %s MSN %d", f.AETH.Syndrome(), f.AETH.MSN())
+		// rxe and xroce send no credits (31): "ACK" says it all.
+		syn := strings.TrimSuffix(f.AETH.Syndrome().String(), " credits=invalid")
+		fmt.Fprintf(&b, " %s MSN %d", syn, f.AETH.MSN())
 	}
 	if f.AtomicAckETH != nil {
 		fmt.Fprintf(&b, " orig %d", f.AtomicAckETH.OrigRemoteData())
