@@ -139,6 +139,19 @@ func lab(ctx context.Context, e *env, o labOptions) (err error) {
 	return nil
 }
 
+// labTestHook, when set by a test, is called as the lab enters each phase;
+// an error it returns ends the lab (and it may panic).
+var labTestHook func(phase string) error
+
+// enter records the phase the lab is in, for xroce stat.
+func (r *labRun) enter(phase string) error {
+	r.phase.Store(phase)
+	if labTestHook != nil {
+		return labTestHook(phase)
+	}
+	return nil
+}
+
 // setup makes the namespaces, the devices and the queue pairs.
 func (r *labRun) setup() error {
 	var w io.Writer = io.Discard
@@ -514,7 +527,9 @@ func (r *labRun) tourStep(title string, fn func() (string, error)) error {
 
 // tour runs every operation once and checks it.
 func (r *labRun) tour() error {
-	r.phase.Store("tour")
+	if err := r.enter("tour"); err != nil {
+		return err
+	}
 	r.rec.Enable(0)
 	r.keepFrames(r.o.trace)
 	r.drawSteps = true

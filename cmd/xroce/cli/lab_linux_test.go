@@ -267,3 +267,40 @@ func TestLabJumbo(t *testing.T) {
 	checkNoNamespaces(t, out)
 	checkPcap(t, pcap)
 }
+
+// An error or a panic in the middle of the lab still removes the namespaces.
+func TestLabFailure(t *testing.T) {
+	needRoot(t)
+	defer func() { labTestHook = nil }()
+	for _, c := range []struct{ phase, how string }{{"tour", "error"}, {"loss", "panic"}, {"measure", "panic"}} {
+		t.Run(c.phase+"-"+c.how, func(t *testing.T) {
+			boom := errors.New("injected failure")
+			labTestHook = func(phase string) error {
+				if phase != c.phase {
+					return nil
+				}
+				if c.how == "panic" {
+					panic(boom)
+				}
+				return boom
+			}
+			var stdout labOutput
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						if p != boom {
+							panic(p)
+						}
+						err = boom
+					}
+				}()
+				err = Run(context.Background(), []string{"lab", "--duration", "100ms", "--pcap", "", "--stat-dir", ""}, &stdout, &labOutput{})
+			}()
+			if !errors.Is(err, boom) {
+				t.Errorf("lab = %v, want the injected failure", err)
+			}
+			checkNoNamespaces(t, stdout.String())
+		})
+	}
+}

@@ -42,7 +42,9 @@ func (r *labRun) lossCounters() lossCounters {
 
 // lossPhase runs a checked workload while the XDP programs drop frames.
 func (r *labRun) lossPhase() error {
-	r.phase.Store("loss")
+	if err := r.enter("loss"); err != nil {
+		return err
+	}
 	w := r.out
 	q := r.qpsNamed("rc-loss")
 	a, b := q[0], q[1]

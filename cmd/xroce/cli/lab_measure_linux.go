@@ -29,7 +29,9 @@ const (
 
 // measure runs the bandwidth and latency measurements.
 func (r *labRun) measure() error {
-	r.phase.Store("measure")
+	if err := r.enter("measure"); err != nil {
+		return err
+	}
 	w := r.out
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "measure: %v each; only the first %d frames of each go to the pcap\n", r.o.duration, measureFrames)
