@@ -273,3 +273,19 @@ func psnOf(frame []byte) bth.PSN {
 	}
 	return f.BTH.PSN()
 }
+
+// A work request built where it is posted, SGL literal included, stays on
+// the caller's stack: posting copies it without keeping a pointer into it.
+func TestPostSendLiteralAllocs(t *testing.T) {
+	p := newMemPair(t, MTU1024)
+	post := func() {
+		_ = p.q[1].PostRecv(&RecvWR{ID: 2, SGL: []SGE{{Addr: localBase, Length: 64, LKey: localKey}}})
+		_ = p.q[0].PostSend(&SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled,
+			SGL: []SGE{{Addr: localBase, Length: 32, LKey: localKey}, {Addr: localBase + 64, Length: 32, LKey: localKey}}})
+		p.pump()
+	}
+	post()
+	if a := testing.AllocsPerRun(100, post); a != 0 {
+		t.Errorf("SEND posted from literals: %v allocations, want 0", a)
+	}
+}

@@ -79,9 +79,13 @@ func (q *QP) PostSend(wr *SendWR) error {
 	w := q.sqAt(q.sqTail)
 	sge := w.sge[:len(wr.SGL)]
 	copy(sge, wr.SGL)
-	w.wr = *wr
-	w.wr.SGL = sge
-	w.wr.AV = nil
+	// Field by field, not w.wr = *wr: copying the SGL and AV pointers into
+	// the queue would make every caller's SGL literal escape to the heap.
+	w.wr = SendWR{
+		ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGL: sge, Imm: wr.Imm, InvKey: wr.InvKey,
+		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
+		RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+	}
 	if wr.AV != nil {
 		w.av = *wr.AV
 	}
