@@ -438,6 +438,11 @@ func (r *labRun) report() {
 		fmt.Fprintf(w, "  %-34s 4 workloads checked in %.2f s: %d frames dropped, %d NAKs, %d retransmissions\n",
 			fmt.Sprintf("loss %g%% (RC)", r.o.loss*100), res.lossTime.Seconds(), res.lossDrops, res.lossNaks, res.lossRetrans)
 	}
+	if r.o.pcap != "" {
+		ps := r.rec.Stats()
+		fmt.Fprintf(w, "  %-34s %d frames, %.1f MB (tour and loss whole, %d frames of each measurement): xroce dump %s\n",
+			"pcap "+r.o.pcap, ps.Frames, float64(ps.Bytes+16*ps.Frames+24)/1e6, measureFrames, r.o.pcap)
+	}
 	if !res.measured {
 		return
 	}
