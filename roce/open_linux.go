@@ -8,6 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xroce/xroce/afpacket"
+	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/link"
 	"github.com/xroce/xroce/xdp"
 )
@@ -101,4 +102,15 @@ func Open(ifname string, cfg Config) (_ *Device, err error) {
 		return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
 	}
 	return d, nil
+}
+
+// XDPProgram returns the XDP program Open loaded for the AF_XDP datapath,
+// for example to inject loss with its SetLoss or read its Counters; nil for
+// other datapaths or when Config.XDP.Steering is the caller's. The device
+// owns it: do not Close or Detach it.
+func (d *Device) XDPProgram() *bpf.Program {
+	if x, ok := d.closer.(*xdp.Device); ok {
+		return x.Program()
+	}
+	return nil
 }

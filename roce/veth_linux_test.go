@@ -76,6 +76,9 @@ func TestVethInfo(t *testing.T) {
 	if info.Datapath != DatapathXDP || info.Queues != 2 || info.ActiveMTU != MTU1024 || info.Mode == "" {
 		t.Fatalf("info %+v: want af_xdp on 2 queues with MTU 1024", info)
 	}
+	if prog := da.XDPProgram(); prog == nil || prog.Loss() != 0 {
+		t.Fatalf("XDPProgram() = %v, want the program Open loaded, without loss", prog)
+	}
 	gids := da.GIDs()
 	if len(gids) < 2 || !gids[0].IsLinkLocalUnicast() || gids[1].String() != "::ffff:198.18.0.1" {
 		t.Fatalf("GIDs %v: want fe80::… then ::ffff:198.18.0.1", gids)
@@ -136,6 +139,28 @@ func TestVethLoss(t *testing.T) {
 
 // A big transfer of 4 MiB writes, checked with SHA-256: 64 MiB (16 MiB
 // with -short); 1 GiB with XROCE_1GIB=1 (about 15 s here).
+// TestVethLossOwnProgram injects loss with SetLoss on the program Open
+// loaded (Device.XDPProgram): transfers still complete, by retransmission.
+func TestVethLossOwnProgram(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	pa, pb := da.XDPProgram(), db.XDPProgram()
+	if pa == nil || pb == nil {
+		t.Fatal("XDPProgram() = nil")
+	}
+	for _, p := range []*bpf.Program{pa, pb} {
+		if err := p.SetLoss(0.02); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := rcPair(t, da, db, 1<<20)
+	testOps(t, a, b, []int{1, 4096, 1 << 20})
+	ca, _ := pa.Counters()
+	cb, _ := pb.Counters()
+	if ca.InjectedDrops+cb.InjectedDrops == 0 || da.Stats().Retransmits+db.Stats().Retransmits == 0 {
+		t.Errorf("drops %d+%d, retransmits %d+%d: want some", ca.InjectedDrops, cb.InjectedDrops, da.Stats().Retransmits, db.Stats().Retransmits)
+	}
+}
+
 func TestVethBig(t *testing.T) {
 	size, total := 4<<20, 64<<20
 	switch {

@@ -175,6 +175,16 @@ func (d *Device) Links() []link.Link {
 // or "" when the caller supplied Config.Steering.
 func (d *Device) AttachMode() string { return d.attach }
 
+// Program returns the XDP program Open loaded and attached, for example to
+// inject loss with its SetLoss or read its Counters; nil when the caller
+// supplied Config.Steering, or after Close. The Device still owns it: do
+// not Close or Detach it.
+func (d *Device) Program() *bpf.Program {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.prog
+}
+
 // clearSocket removes queue's XSKMAP entry (called by Socket.Close).
 func (d *Device) clearSocket(queue int) error {
 	d.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/link"
 )
@@ -351,7 +352,7 @@ func TestNonRoCEReachesKernel(t *testing.T) {
 	}
 	// Nothing reached the AF_XDP socket; a RoCE frame still does.
 	bufs := make([][]byte, 4)
-	if n, _ := b.Receive(bufs, 0); n != 0 {
+	if n, _ := b.Receive(bufs, 50*time.Millisecond); n != 0 {
 		t.Fatalf("AF_XDP socket received %d frames of non-RoCE traffic", n)
 	}
 	sendAll(t, a, p.A, p.B, roceUDPPort, 8, []int{size}, nil, 0)
@@ -984,4 +985,73 @@ func TestAvailable(t *testing.T) {
 		t.Fatalf("Available() = %v, want nil or a sentinel", err)
 	}
 	t.Logf("Available() = %v", err)
+}
+
+// TestProgramLoss injects loss through the program Open loaded: with
+// SetLoss(1) on the receiver no frame gets through and the program counts
+// each drop; with SetLoss(0) every frame arrives again. A Device over the
+// caller's Steering has no program of its own.
+func TestProgramLoss(t *testing.T) {
+	p, da, db := pairT(t, netns.Config{}, Config{RingSize: 256})
+	prog := db.Program()
+	if prog == nil {
+		t.Fatal("Program() = nil for a device that loaded its own")
+	}
+	if prog.Ifindex() != p.B.Index {
+		t.Fatalf("Program().Ifindex() = %d, want %d", prog.Ifindex(), p.B.Index)
+	}
+	a, b := da.Sockets()[0], db.Sockets()[0]
+	if err := prog.SetLoss(1); err != nil {
+		t.Fatalf("SetLoss(1): %v", err)
+	}
+	sizes := sizesUpTo(200, 1000)
+	sendAll(t, a, p.A, p.B, roceUDPPort, 0, sizes, nil, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := prog.Counters()
+		if err != nil {
+			t.Fatalf("Counters: %v", err)
+		}
+		if c.InjectedDrops == uint64(len(sizes)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Counters() = %+v, want %d injected drops", c, len(sizes))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bufs := make([][]byte, 8)
+	if n, _ := b.Receive(bufs, 50*time.Millisecond); n != 0 {
+		t.Fatalf("received %d frames through 100%% loss", n)
+	}
+	if err := prog.SetLoss(0); err != nil {
+		t.Fatalf("SetLoss(0): %v", err)
+	}
+	exchange(t, a, b, p.A, p.B, 1000, sizes)
+
+	ps := netns.NewT(t, netns.Config{})
+	var own *bpf.Program
+	err := ps.A.Do(func() error {
+		var err error
+		own, err = bpf.Load(bpf.Options{})
+		if err != nil {
+			return err
+		}
+		_, err = own.Attach(ps.A.Index)
+		return err
+	})
+	if err != nil {
+		t.Skipf("load and attach a program: %v", err)
+	}
+	t.Cleanup(func() { own.Close() })
+	dc := openT(t, ps.A, Config{RingSize: 256, Steering: own})
+	if dc.Program() != nil {
+		t.Errorf("Program() = %v with the caller's Steering, want nil", dc.Program())
+	}
+	if err := dc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db.Close() != nil || db.Program() != nil {
+		t.Errorf("Program() after Close is not nil")
+	}
 }
