@@ -55,10 +55,14 @@ detail() {
 	# ibv_*_pingpong: "8192000 bytes in 0.75 seconds = 87.01 Mbit/sec"
 	l=$(grep -E 'bytes in .* seconds' "$1" | tail -1)
 	# perftest: the figures row under the "#bytes #iterations ..." header
+	# (the first line that starts with a number: warnings and progress lines
+	# may come between).
 	[ -n "$l" ] || l=$(awk '
-		/#bytes.*BW average/ { getline; printf "%s B x %s: %s MB/s average, %s peak", $1, $2, $4, $3; exit }
-		/#bytes.*t_typical/ { getline; printf "%s B x %s: typical %s us, avg %s, min %s, max %s", $1, $2, $5, $6, $3, $4; exit }' "$1")
-	[ -n "$l" ] || l=$(grep -v '^ *$' "$1" | tail -1)
+		/#bytes.*BW average/ { bw = 1; next }
+		/#bytes.*t_typical/ { lat = 1; next }
+		bw && $1 ~ /^[0-9]+$/ { printf "%s B x %s: %s MB/s average, %s peak", $1, $2, $4, $3; exit }
+		lat && $1 ~ /^[0-9]+$/ { printf "%s B x %s: typical %s us, avg %s, min %s, max %s", $1, $2, $5, $6, $3, $4; exit }' "$1")
+	[ -n "$l" ] || l=$(grep -v -e '^ *$' -e '^-*$' "$1" | tail -1)
 	echo "$l" | tr '\t' ' ' | cut -c1-150
 }
 
@@ -247,7 +251,7 @@ client_retry() {
 	for _ in $(seq 30); do
 		timeout -s KILL "$to" stdbuf -oL "$@" >"$log" 2>&1
 		rc=$?
-		grep -q "Couldn't connect" "$log" || break
+		grep -qE "Couldn't connect|Unable to init the socket connection|Unable to open file descriptor" "$log" || break
 		sleep 0.3
 	done
 	echo "$rc"
@@ -403,8 +407,9 @@ vs_host_server() {
 }
 
 # mode_xroce: `xroce pingpong` on the host's tap0 against rdma-core's
-# ibv_rc_pingpong and ibv_ud_pingpong in the guest, both roles, data checked
-# (-c), captured on the guest's eth0. Skipped while xroce has no pingpong.
+# ibv_rc_pingpong and ibv_ud_pingpong in the guest, data checked (-c), and
+# `xroce perf` against perftest's ib_*_bw and ib_*_lat, both roles, captured on
+# the guest's eth0. Skipped while xroce has no pingpong.
 # XROCE_TIMEOUT (kernel parameter) bounds each tool run, default 120 s.
 mode_xroce() {
 	local t0 s
@@ -429,6 +434,20 @@ mode_xroce() {
 		pingpong --ud -d tap0 -s 1000 -n 50 -c 198.18.1.2
 	vs_host_server xroce.ud.xroce_server "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c 198.18.1.1 -- \
 		pingpong --ud -d tap0 -s 1000 -n 50 -c
+	# perftest against `xroce perf`, both roles.
+	local t n
+	for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
+		n=100
+		[ "${t#*_}" = lat ] && n=200
+		if /out/xroce help perf 2>&1 | grep -qw "$t"; then
+			vs_host_client "xroce.perf.$t.xroce_client" "$to" "ib_$t" -d rxetap -x 1 -F -n $n -- \
+				perf "$t" -d tap0 -F -n $n 198.18.1.2
+			vs_host_server "xroce.perf.$t.xroce_server" "$to" "ib_$t" -d rxetap -x 1 -F -n $n 198.18.1.1 -- \
+				perf "$t" -d tap0 -F -n $n
+		else
+			result "xroce.perf.$t" SKIP "$(now)" "this xroce has no perf $t"
+		fi
+	done
 	t0=$(now)
 	sleep 0.5
 	kill -INT "$TCPDUMP"
