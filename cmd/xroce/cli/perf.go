@@ -840,10 +840,14 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 		}
 		prog.tick(time.Now(), done, total, int64(done)*int64(size))
 	}
-	if o.duration > 0 {
+	if o.duration > 0 || done < 2 {
 		return perftest.BWReport{Size: uint64(size), Iters: uint64(done)}, nil
 	}
-	return perftest.BW(size, times, times, 1, o.gbits), nil
+	// The receiver sees no posting times: its bandwidth runs from the
+	// first receive to the last, its peak is that average.
+	rep := perftest.BW(size, times, times, done, o.gbits)
+	rep.Peak = rep.Avg
+	return rep, nil
 }
 
 // latency runs one size of a latency test on QP 0.
@@ -894,13 +898,20 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 	for scnt < iters || rcnt < iters || ccnt < scnt {
 		if rcnt < iters && !(scnt < 1 && r.server) {
 			rcnt++
-			deadline := time.Now().Add(r.o.timeout)
+			start := time.Now()
+			deadline := start.Add(r.o.timeout)
 			for i := 0; ; i++ {
 				p.mr.Sync()
 				if p.buf[pollAt] == byte(rcnt) {
 					break
 				}
-				runtime.Gosched()
+				// A WRITE completes nothing on this side: spin,
+				// then nap, so as not to starve the workers.
+				if i < spinPolls || time.Since(start) < spinWrite {
+					runtime.Gosched()
+				} else {
+					time.Sleep(20 * time.Microsecond)
+				}
 				if i%1024 == 1023 && time.Now().After(deadline) {
 					return scnt, fmt.Errorf("no write from the peer for %v (message %d)", r.o.timeout, rcnt)
 				}
@@ -941,6 +952,12 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 	}
 	return scnt, nil
 }
+
+// spinWrite is how long writeLat spins on the last byte before it naps:
+// no notification tells of a peer's WRITE, and waking from a timer takes
+// far longer than a round trip (measured here: spinning gives a median of
+// 47 µs and a mean of 252 µs, napping after 200 µs 650 µs and 660 µs).
+const spinWrite = time.Second
 
 // readLat is the client's read loop: one READ at a time.
 func (r *perfRun) readLat(ctx context.Context, size, iters int, end, origin time.Time, posted *[]time.Duration) (int, error) {

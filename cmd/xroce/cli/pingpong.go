@@ -546,7 +546,9 @@ func (s *ppSide) poll(ctx context.Context) (int, error) {
 // spinPolls is how many times pollCQ polls, yielding in between, before it
 // sleeps on the CQ's notification: long enough to catch a reply in a
 // ping-pong on an idle machine, short enough not to steal the core from
-// the device's workers (and the peer's) on a busy one.
+// the device's workers (and the peer's) on a busy one. Measured here between
+// two processes, send_lat's mean was 78 µs with it, 462 µs spinning 2 ms
+// first and 1362 µs spinning always.
 const spinPolls = 200
 
 // pollCQ waits for completions on cq until deadline: it polls spinPolls
