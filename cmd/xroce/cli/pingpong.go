@@ -350,6 +350,9 @@ func (s *ppSide) exchange(ctx context.Context, local roce.Endpoint, opts roce.Co
 		return roce.Endpoint{}, fmt.Errorf("pingpong: %s %s: %w (is the peer an ibv_rc_pingpong of the same kind, RC or --ud?)", what, peer, unwrapOp(err))
 	}
 	connect := func(remote roce.Endpoint) error {
+		if remote.GID.IsUnspecified() {
+			return fmt.Errorf("pingpong: the peer at %s sent no GID: give it one with -g (ibv_rc_pingpong's default, none, works on InfiniBand only; -g 1 is usually its IPv4 GID)", peer)
+		}
 		if !o.ud {
 			remote.MTU = mtuFromBytes(o.mtu)
 		}

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -163,5 +165,66 @@ func TestPingpong(t *testing.T) {
 			checkPingpong(t, "client", rc, tc.size, tc.iters)
 			t.Logf("client:\n%s", rc.stdout)
 		})
+	}
+}
+
+// The client's bytes on the wire, as an ibv_rc_pingpong server sees them,
+// and a peer that sends a zero GID (rc_pingpong without -g).
+func TestPingpongWire(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A fake rc_pingpong server in B.
+	var ln net.Listener
+	if err := p.B.Do(func() (err error) { ln, err = net.Listen("tcp", ":18560"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer c.Close()
+		b := make([]byte, 52)
+		if _, err := io.ReadFull(c, b); err != nil {
+			got <- err.Error()
+			return
+		}
+		c.Write([]byte("0000:000077:123456:00000000000000000000ffffc6120002\x00"))
+		done := make([]byte, 5)
+		_, err = io.ReadFull(c, done)
+		got <- string(b) + string(done) + fmt.Sprint(err)
+	}()
+	r := <-runIn(ctx, p.A, "pingpong", "-d", p.A.Ifname, "-p", "18560", "-n", "1", "-timeout", "1s", p.B.IP.String())
+	wire := <-got
+	want := regexp.MustCompile(`^0000:0000[1-9a-f][0-9a-f]:[0-9a-f]{6}:00000000000000000000ffffc6120001\x00done\x00<nil>$`)
+	if !want.MatchString(wire) {
+		t.Errorf("the client sent %q", wire)
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), "no completion") {
+		t.Errorf("client against a fake server: %v, want no completion", r.err)
+	}
+
+	// rc_pingpong without -g sends a zero GID: our server says what to do.
+	sc := runIn(ctx, p.B, "pingpong", "-d", p.B.Ifname, "-p", "18561", "-timeout", "2s")
+	waitListen(t, p.B, 18561, sc)
+	if err := p.A.Do(func() error {
+		c, err := net.Dial("tcp", p.B.IP.String()+":18561")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("0000:000077:123456:00000000000000000000000000000000\x00"))
+		io.Copy(io.Discard, c)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rs := <-sc
+	if rs.err == nil || !strings.Contains(rs.err.Error(), "sent no GID: give it one with -g") {
+		t.Errorf("server with a zero-GID client: %v", rs.err)
 	}
 }
