@@ -213,13 +213,22 @@ func (q *QP) onRNRNak(psn bth.PSN, syn bth.Syndrome) {
 
 // onNak handles PSN sequence error and the fatal NAKs.
 func (q *QP) onNak(psn bth.PSN, syn bth.Syndrome) {
+	switch syn {
+	case bth.NakPSNSeqError:
+		q.count(&q.e.stats.SeqNaksRx, &q.stats.SeqNaksRx)
+	case bth.NakInvalidRequest:
+		q.count(&q.e.stats.InvReqNaksRx, &q.stats.InvReqNaksRx)
+	case bth.NakRemoteAccessError:
+		q.count(&q.e.stats.RemAccessNaksRx, &q.stats.RemAccessNaksRx)
+	default:
+		q.count(&q.e.stats.RemOpNaksRx, &q.stats.RemOpNaksRx)
+	}
 	q.ackBefore(psn)
 	if psn.Less(q.compPSN) {
 		return
 	}
 	switch syn {
 	case bth.NakPSNSeqError:
-		q.count(&q.e.stats.SeqNaksRx, &q.stats.SeqNaksRx)
 		if !q.nakAdvance(psn) {
 			return
 		}

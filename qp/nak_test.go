@@ -110,6 +110,27 @@ func TestNakRemoteAccess(t *testing.T) {
 			if got := p.n.ends[1].e.Stats().ErrNaksTx.Load(); got != 1 {
 				t.Fatalf("%d error NAKs sent, want 1", got)
 			}
+			// The NAK's kind, counted by both QPs and engines.
+			kind := func(s *Stats) [6]uint64 {
+				return [6]uint64{s.InvReqNaksTx.Load(), s.RemAccessNaksTx.Load(), s.RemOpNaksTx.Load(),
+					s.InvReqNaksRx.Load(), s.RemAccessNaksRx.Load(), s.RemOpNaksRx.Load()}
+			}
+			var wantB, wantA [6]uint64
+			if c.want == WCRemInvReqErr {
+				wantB[0], wantA[3] = 1, 1
+			} else {
+				wantB[1], wantA[4] = 1, 1
+			}
+			for _, x := range []struct {
+				name string
+				s    *Stats
+				want [6]uint64
+			}{{"qp b", p.b.Stats(), wantB}, {"engine b", p.n.ends[1].e.Stats(), wantB},
+				{"qp a", p.a.Stats(), wantA}, {"engine a", p.n.ends[0].e.Stats(), wantA}} {
+				if got := kind(x.s); got != x.want {
+					t.Errorf("%s: NAKs by kind (inv/acc/op sent, inv/acc/op received) = %v, want %v", x.name, got, x.want)
+				}
+			}
 		})
 	}
 }
@@ -259,5 +280,38 @@ func TestUnsignaled(t *testing.T) {
 	got := p.cqs[0].wcs
 	if len(got) != 2 || got[0].ID != 1 || got[0].Status != WCSuccess || got[0].Opcode != WCRDMAWrite || got[1].ID != 2 || got[1].Status != WCRemInvReqErr {
 		t.Fatalf("completions %+v, want WRITE 1 SUCCESS and SEND 2 REM_INV_REQ_ERR", got)
+	}
+}
+
+// Per-QP packet counters: bytes match across a loss-free wire, an RNR NAK
+// counts a frame dropped for want of a receive request, and a QP in ERR
+// counts what it drops as a bad state.
+func TestQPCounters(t *testing.T) {
+	p := newPair(t, faults{delay: time.Microsecond}, func(a *Attr) { a.RNRRetry = 7; a.MinRNRTimer = 1 })
+	p.post(SendWR{Opcode: WRSend, Flags: SendSignaled, SGL: sge(localBase, 3000)})
+	p.run(50 * time.Microsecond)
+	p.recv(1, 4096)
+	p.run(time.Second)
+	p.want(WCSuccess)
+	a, b := p.a.Stats(), p.b.Stats()
+	if a.TxBytes.Load() == 0 || a.TxBytes.Load() != b.RxBytes.Load() || b.TxBytes.Load() != a.RxBytes.Load() {
+		t.Errorf("bytes a→b %d/%d, b→a %d/%d: want equal and not 0", a.TxBytes.Load(), b.RxBytes.Load(), b.TxBytes.Load(), a.RxBytes.Load())
+	}
+	if a.TxFrames.Load() != b.RxFrames.Load() || b.TxFrames.Load() != a.RxFrames.Load() {
+		t.Errorf("frames a→b %d/%d, b→a %d/%d", a.TxFrames.Load(), b.RxFrames.Load(), b.TxFrames.Load(), a.RxFrames.Load())
+	}
+	if b.RNRNaksTx.Load() == 0 || b.RxNoRecv.Load() != b.RNRNaksTx.Load() || a.RNRNaksRx.Load() != b.RNRNaksTx.Load() {
+		t.Errorf("RNR NAKs sent %d received %d, no-receive drops %d", b.RNRNaksTx.Load(), a.RNRNaksRx.Load(), b.RxNoRecv.Load())
+	}
+	if b.RxDropped.Load() != b.RxNoRecv.Load() {
+		t.Errorf("b dropped %d frames, %d of them for no receive request: want all", b.RxDropped.Load(), b.RxNoRecv.Load())
+	}
+	if err := p.b.Modify(&Attr{State: StateErr}, AttrState); err != nil {
+		t.Fatal(err)
+	}
+	p.post(SendWR{Opcode: WRRDMAWrite, SGL: sge(localBase, 10), RemoteAddr: remBase, RKey: remoteKey})
+	p.run(2 * time.Second)
+	if b.RxBadState.Load() == 0 || p.n.ends[1].e.Stats().RxBadState.Load() != b.RxBadState.Load() {
+		t.Errorf("QP in ERR: %d bad-state drops (engine %d), want some", b.RxBadState.Load(), p.n.ends[1].e.Stats().RxBadState.Load())
 	}
 }

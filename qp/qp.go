@@ -49,13 +49,16 @@ type Engine struct {
 
 // Stats are an engine's or a QP's counters (safe to read from any
 // goroutine). A QP counts what concerns it; the engine counts everything,
-// including frames that reach no QP.
+// including frames that reach no QP. Frame and byte counts are of whole
+// Ethernet frames, ICRC included.
 type Stats struct {
 	RxFrames    atomic.Uint64 // frames given to Input
-	RxDropped   atomic.Uint64 // frames dropped: malformed, bad ICRC, unknown QP, wrong address or key
+	RxBytes     atomic.Uint64
+	RxDropped   atomic.Uint64 // frames dropped, for any of the reasons below
 	RxBadICRC   atomic.Uint64
 	RxUnknownQP atomic.Uint64
 	TxFrames    atomic.Uint64 // frames sent
+	TxBytes     atomic.Uint64
 	TxNoBuffer  atomic.Uint64 // Alloc returned nil
 	Retransmits atomic.Uint64 // go-back-N restarts (timeout, NAK, implicit NAK)
 	Timeouts    atomic.Uint64 // local ACK timeouts
@@ -66,6 +69,26 @@ type Stats struct {
 	ErrNaksTx   atomic.Uint64 // invalid request, remote access and remote operational error NAKs sent
 	Duplicates  atomic.Uint64 // duplicate requests answered
 	ToError     atomic.Uint64 // QPs moved to ERR by an error
+
+	// NAKs by kind (AETH syndromes 0x61, 0x62, 0x63), received and sent;
+	// ErrNaksTx is the sum of the three sent.
+	InvReqNaksRx, RemAccessNaksRx, RemOpNaksRx atomic.Uint64
+	InvReqNaksTx, RemAccessNaksTx, RemOpNaksTx atomic.Uint64
+
+	// Received frames dropped, by reason (each also in RxDropped, but for
+	// RxOutOfSeq). The engine alone counts RxMalformed, RxBadICRC,
+	// RxWrongAddress and RxUnknownQP: those reach no QP.
+	RxMalformed    atomic.Uint64 // too short, not IPv4/IPv6 UDP to port 4791, bad BTH
+	RxWrongAddress atomic.Uint64 // destination IP is not one of LocalIPs
+	RxBadState     atomic.Uint64 // the QP does not receive in its state (RESET, INIT, ERR; responses before RTS)
+	RxBadKey       atomic.Uint64 // P_Key or (UD) Q_Key mismatch
+	RxNotPeer      atomic.Uint64 // RC/UC frame from another address than the QP's peer, or of another transport
+	RxNoRecv       atomic.Uint64 // no receive request (an RNR NAK on RC, a silent drop on UC and UD)
+	RxInvalid      atomic.Uint64 // refused: bad opcode sequence or length, access error, stray response
+	// RxOutOfSeq counts RC requests past a PSN gap, discarded silently
+	// after the sequence NAK until the requester goes back (go-back-N).
+	// They are answered by protocol, so not counted in RxDropped.
+	RxOutOfSeq atomic.Uint64
 }
 
 // NewEngine returns an engine with no queue pairs.
@@ -123,10 +146,13 @@ type QP struct {
 	blocked   bool            // Output ran out of buffers during this Poll
 	woken     bool            // in the engine's ready list
 	destroyed bool
-	heapAt    time.Duration // earliest deadline of q in the engine's timer heap, Never if none
-	scratch   [8]byte
-	wc        WC // completion handed to a CQ
-	stats     Stats
+	// dropCounted: the frame being input was dropped and its reason
+	// counted.
+	dropCounted bool
+	heapAt      time.Duration // earliest deadline of q in the engine's timer heap, Never if none
+	scratch     [8]byte
+	wc          WC // completion handed to a CQ
+	stats       Stats
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
@@ -290,8 +316,10 @@ func (e *Engine) Input(frames [][]byte, now time.Duration) {
 	e.now = now
 	for _, b := range frames {
 		e.stats.RxFrames.Add(1)
+		e.stats.RxBytes.Add(uint64(len(b)))
 		f := &e.frame
 		if f.Decode(b) != nil {
+			e.stats.RxMalformed.Add(1)
 			e.stats.RxDropped.Add(1)
 			continue
 		}
@@ -300,14 +328,14 @@ func (e *Engine) Input(frames [][]byte, now time.Duration) {
 			e.stats.RxDropped.Add(1)
 			continue
 		}
-		if !e.accept(f) {
+		if !e.accept(f, len(b)) {
 			e.stats.RxDropped.Add(1)
 		}
 	}
 }
 
 // accept dispatches a decoded frame to its QP; false means dropped.
-func (e *Engine) accept(f *bth.Frame) bool {
+func (e *Engine) accept(f *bth.Frame, n int) bool {
 	op := f.Opcode()
 	if op == bth.OpCNP {
 		return true
@@ -322,6 +350,7 @@ func (e *Engine) accept(f *bth.Frame) bool {
 			}
 		}
 		if !found {
+			e.stats.RxWrongAddress.Add(1)
 			return false
 		}
 	}
@@ -331,9 +360,14 @@ func (e *Engine) accept(f *bth.Frame) bool {
 		return false
 	}
 	q.stats.RxFrames.Add(1)
+	q.stats.RxBytes.Add(uint64(n))
+	q.dropCounted = false
 	ok := q.input(f, op)
 	if !ok {
 		q.stats.RxDropped.Add(1)
+		if !q.dropCounted {
+			q.count(&e.stats.RxInvalid, &q.stats.RxInvalid)
+		}
 	}
 	q.wake() // even a dropped response may have acknowledged something
 	return ok
@@ -346,34 +380,42 @@ func pkeyMatch(a, b uint16) bool {
 // input handles one frame addressed to q.
 func (q *QP) input(f *bth.Frame, op bth.Opcode) bool {
 	if q.state < StateRTR || q.state == StateErr {
-		return false
+		return q.drop(&q.e.stats.RxBadState, &q.stats.RxBadState)
 	}
 	if !pkeyMatch(f.BTH.PKey(), q.attr.PKey) {
-		return false
+		return q.drop(&q.e.stats.RxBadKey, &q.stats.RxBadKey)
 	}
 	switch q.typ {
 	case RC:
 		if op.Transport() != bth.RC || !q.fromPeer(f) {
-			return false
+			return q.drop(&q.e.stats.RxNotPeer, &q.stats.RxNotPeer)
 		}
 		if op.IsRequest() {
 			return q.rcRequest(f, op)
 		}
 		if q.state != StateRTS && q.state != StateSQD {
-			return false
+			return q.drop(&q.e.stats.RxBadState, &q.stats.RxBadState)
 		}
 		return q.onResponse(f, op)
 	case UC:
 		if op.Transport() != bth.UC || !q.fromPeer(f) {
-			return false
+			return q.drop(&q.e.stats.RxNotPeer, &q.stats.RxNotPeer)
 		}
 		return q.ucRequest(f, op)
 	case UD:
 		if op.Transport() != bth.UD {
-			return false
+			return q.drop(&q.e.stats.RxNotPeer, &q.stats.RxNotPeer)
 		}
 		return q.udRequest(f, op)
 	}
+	return false
+}
+
+// drop counts a dropped frame's reason in the engine's counter and the
+// QP's, and returns false (not accepted).
+func (q *QP) drop(engine, own *atomic.Uint64) bool {
+	q.count(engine, own)
+	q.dropCounted = true
 	return false
 }
 
@@ -426,4 +468,6 @@ func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) {
 	}
 	q.e.out.Send(buf[:l])
 	q.count(&q.e.stats.TxFrames, &q.stats.TxFrames)
+	q.e.stats.TxBytes.Add(uint64(l))
+	q.stats.TxBytes.Add(uint64(l))
 }

@@ -143,6 +143,8 @@ func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
 			q.nakSent = true
 			q.count(&q.e.stats.SeqNaksTx, &q.stats.SeqNaksTx)
 			q.sendAck(bth.NakPSNSeqError, q.ePSN)
+		} else {
+			q.count(&q.e.stats.RxOutOfSeq, &q.stats.RxOutOfSeq)
 		}
 		return true
 	}
@@ -155,15 +157,15 @@ func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
 	if op.IsMiddle() || !op.IsFirst() && op.IsLast() {
 		if !q.in.active || q.in.write != op.IsWrite() {
 			q.fatalNak(bth.NakInvalidRequest)
-			return true
+			return false
 		}
 	} else if q.in.active {
 		q.fatalNak(bth.NakInvalidRequest)
-		return true
+		return false
 	}
 	if !q.payloadOK(op, len(f.Payload)) {
 		q.fatalNak(bth.NakInvalidRequest)
-		return true
+		return false
 	}
 	var ok bool
 	switch {
@@ -179,10 +181,10 @@ func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
 		ok = q.recvPlacement(f, op, psn)
 	default:
 		q.fatalNak(bth.NakInvalidRequest)
-		return true
+		return false
 	}
 	if !ok {
-		return true
+		return false // NAKed (RNR or error) and counted as a drop
 	}
 	q.nakSent = false
 	if op != bth.RCReadRequest {
@@ -212,6 +214,14 @@ func (q *QP) payloadOK(op bth.Opcode, n int) bool {
 // (rxe's class C/D responder errors on RC).
 func (q *QP) fatalNak(syn bth.Syndrome) {
 	q.count(&q.e.stats.ErrNaksTx, &q.stats.ErrNaksTx)
+	switch syn {
+	case bth.NakInvalidRequest:
+		q.count(&q.e.stats.InvReqNaksTx, &q.stats.InvReqNaksTx)
+	case bth.NakRemoteAccessError:
+		q.count(&q.e.stats.RemAccessNaksTx, &q.stats.RemAccessNaksTx)
+	default:
+		q.count(&q.e.stats.RemOpNaksTx, &q.stats.RemOpNaksTx)
+	}
 	q.sendAck(syn, q.ePSN)
 	q.toError()
 }
@@ -228,7 +238,7 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 				q.count(&q.e.stats.RNRNaksTx, &q.stats.RNRNaksTx)
 				q.sendAck(bth.RNRNakSyndrome(q.attr.MinRNRTimer), q.ePSN)
 			}
-			return false
+			return q.drop(&q.e.stats.RxNoRecv, &q.stats.RxNoRecv)
 		}
 		if bad {
 			q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
@@ -315,7 +325,7 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 			} else {
 				q.in = inMsg{}
 			}
-			return false
+			return q.drop(&q.e.stats.RxNoRecv, &q.stats.RxNoRecv)
 		}
 		_ = bad // the receive request's buffers are not used
 	}
@@ -619,11 +629,11 @@ const grhSize = 40
 // GRH area first in the receive buffer.
 func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 	if f.DETH.QKey() != q.attr.QKey {
-		return false
+		return q.drop(&q.e.stats.RxBadKey, &q.stats.RxBadKey)
 	}
 	w, bad := q.takeRecv()
 	if w == nil {
-		return false
+		return q.drop(&q.e.stats.RxNoRecv, &q.stats.RxNoRecv)
 	}
 	if bad {
 		q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})

@@ -339,28 +339,40 @@ func (d *Device) event(e Event) {
 
 // Stats are a device's counters, summed over its workers.
 type Stats struct {
-	RxFrames, TxFrames         uint64 // frames into and out of the engines
-	RxDropped                  uint64 // frames the engines dropped (malformed, bad ICRC, unknown QP, wrong address)
-	RxBadICRC, RxUnknownQP     uint64
-	TxNoBuffer                 uint64 // the link had no transmit buffer
-	Retransmits, Timeouts      uint64
-	RNRNaksRx, RNRNaksTx       uint64
-	SeqNaksRx, SeqNaksTx       uint64
-	ErrNaksTx                  uint64
-	Duplicates                 uint64
-	ToError                    uint64 // QPs moved to ERR by an error
-	Forwarded                  uint64 // frames handed from one worker to another
-	ForwardDropped             uint64 // frames lost because the other worker's queue was full
-	TxDropped                  uint64 // frames the links could not send
-	EventsDropped              uint64
-	LinkErrors                 uint64 // Receive errors other than a closed link
-	Links                      []link.Stats
-	Batches                    uint64 // worker loop iterations that found work
-	CQOverflows                uint64
-	MRs                        int // registered memory regions
-	PinnedPages                int
-	LinkRxFrames, LinkTxFrames uint64 // frames the links moved
-	LinkRxBytes, LinkTxBytes   uint64
+	RxFrames, TxFrames     uint64 // frames into and out of the engines
+	RxDropped              uint64 // frames the engines dropped (malformed, bad ICRC, unknown QP, wrong address)
+	RxBadICRC, RxUnknownQP uint64
+	TxNoBuffer             uint64 // the link had no transmit buffer
+	Retransmits, Timeouts  uint64
+	RNRNaksRx, RNRNaksTx   uint64
+	SeqNaksRx, SeqNaksTx   uint64
+	ErrNaksTx              uint64
+	Duplicates             uint64
+	ToError                uint64 // QPs moved to ERR by an error
+	RxBytes, TxBytes       uint64 // bytes of the frames into and out of the engines
+	// Error NAKs by kind (ErrNaksTx is the sum of the three sent).
+	InvReqNaksRx, RemAccessNaksRx, RemOpNaksRx uint64
+	InvReqNaksTx, RemAccessNaksTx, RemOpNaksTx uint64
+	// Why frames were dropped (each also in RxDropped, but RxOutOfSeq):
+	// malformed, not to one of our addresses, QP in the wrong state,
+	// P_Key/Q_Key mismatch, not from the QP's peer, no receive request,
+	// refused (bad sequence, length or access, stray response); RC
+	// requests after a PSN gap discarded until go-back-N.
+	RxMalformed, RxWrongAddress                          uint64
+	RxBadState, RxBadKey, RxNotPeer, RxNoRecv, RxInvalid uint64
+	RxOutOfSeq                                           uint64
+	Forwarded                                            uint64 // frames handed from one worker to another
+	ForwardDropped                                       uint64 // frames lost because the other worker's queue was full
+	TxDropped                                            uint64 // frames the links could not send
+	EventsDropped                                        uint64
+	LinkErrors                                           uint64 // Receive errors other than a closed link
+	Links                                                []link.Stats
+	Batches                                              uint64 // worker loop iterations that found work
+	CQOverflows                                          uint64
+	MRs                                                  int // registered memory regions
+	PinnedPages                                          int
+	LinkRxFrames, LinkTxFrames                           uint64 // frames the links moved
+	LinkRxBytes, LinkTxBytes                             uint64
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -383,6 +395,22 @@ func (d *Device) Stats() Stats {
 		s.ErrNaksTx += e.ErrNaksTx.Load()
 		s.Duplicates += e.Duplicates.Load()
 		s.ToError += e.ToError.Load()
+		s.RxBytes += e.RxBytes.Load()
+		s.TxBytes += e.TxBytes.Load()
+		s.InvReqNaksRx += e.InvReqNaksRx.Load()
+		s.RemAccessNaksRx += e.RemAccessNaksRx.Load()
+		s.RemOpNaksRx += e.RemOpNaksRx.Load()
+		s.InvReqNaksTx += e.InvReqNaksTx.Load()
+		s.RemAccessNaksTx += e.RemAccessNaksTx.Load()
+		s.RemOpNaksTx += e.RemOpNaksTx.Load()
+		s.RxMalformed += e.RxMalformed.Load()
+		s.RxWrongAddress += e.RxWrongAddress.Load()
+		s.RxBadState += e.RxBadState.Load()
+		s.RxBadKey += e.RxBadKey.Load()
+		s.RxNotPeer += e.RxNotPeer.Load()
+		s.RxNoRecv += e.RxNoRecv.Load()
+		s.RxInvalid += e.RxInvalid.Load()
+		s.RxOutOfSeq += e.RxOutOfSeq.Load()
 		s.Forwarded += w.forwarded.Load()
 		s.ForwardDropped += w.fwdDropped.Load()
 		s.TxDropped += w.txDropped.Load()

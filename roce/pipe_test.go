@@ -38,8 +38,22 @@ func TestPipeFaultSeeds(t *testing.T) {
 			a, b := newSide(t, da, RC, 64<<10, nil, nil), newSide(t, db, RC, 64<<10, nil, nil)
 			connect(t, a, b, ConnectOptions{Timeout: 8})
 			testOps(t, a, b, []int{0, 7000, 64 << 10})
-			if s := da.Stats(); s.Retransmits == 0 {
+			s := da.Stats()
+			if s.Retransmits == 0 {
 				t.Errorf("no retransmission with faults")
+			}
+			// One QP per device: its counters are the device's, but
+			// for what reached no QP (corrupted frames).
+			qa, qb := a.qp.Stats(), b.qp.Stats()
+			if qa.Retransmits != s.Retransmits || qa.TxFrames != s.TxFrames || qa.TxBytes != s.TxBytes ||
+				qa.SeqNaksRx != s.SeqNaksRx || qa.Duplicates != s.Duplicates || qa.RxOutOfSeq != s.RxOutOfSeq {
+				t.Errorf("QP counters %+v, device %+v", qa.PacketStats, s)
+			}
+			if sb := db.Stats(); qb.RxFrames+sb.RxBadICRC+sb.RxMalformed+sb.RxUnknownQP != sb.RxFrames || qb.Duplicates != sb.Duplicates {
+				t.Errorf("QP b counters %+v, device %+v", qb.PacketStats, sb)
+			}
+			if s.RxBadICRC+db.Stats().RxBadICRC == 0 {
+				t.Errorf("no ICRC error counted with corrupted frames")
 			}
 		})
 	}

@@ -45,8 +45,9 @@ type qpCounters struct {
 	lastErr                                     atomic.Uint32
 }
 
-// QPStats are a QP's counters, from its completions. Packet-level counters
-// (retransmits, NAKs, duplicates) are kept per device: see Device.Stats.
+// QPStats are a QP's counters: its completions, and the transport's
+// packet counters for this QP alone (Device.Stats sums them over every QP,
+// with what reaches no QP).
 type QPStats struct {
 	SendCompletions uint64   // successful send-queue completions
 	SendErrors      uint64   // send-queue completions with an error (flushes included)
@@ -54,6 +55,48 @@ type QPStats struct {
 	RecvErrors      uint64   // receive completions with an error (flushes included)
 	RecvBytes       uint64   // bytes of successful receive completions
 	LastError       WCStatus // status of the latest failed completion, WCSuccess if none
+	PacketStats
+}
+
+// PacketStats are a QP's packet counters (see qp.Stats). Frames and bytes
+// are whole Ethernet frames, ICRC included.
+type PacketStats struct {
+	RxFrames, TxFrames    uint64
+	RxBytes, TxBytes      uint64
+	TxNoBuffer            uint64 // the link had no transmit buffer (the QP waits for one)
+	Retransmits, Timeouts uint64 // go-back-N restarts; local ACK timeouts among their causes
+	RNRNaksRx, RNRNaksTx  uint64
+	SeqNaksRx, SeqNaksTx  uint64 // PSN sequence error NAKs
+	// Error NAKs by kind: invalid request, remote access error, remote
+	// operational error.
+	InvReqNaksRx, RemAccessNaksRx, RemOpNaksRx uint64
+	InvReqNaksTx, RemAccessNaksTx, RemOpNaksTx uint64
+	Duplicates                                 uint64 // duplicate requests answered (re-ACKed or replayed)
+	ToError                                    uint64 // moves to ERR because of an error
+	// Frames dropped (RxDropped) and why: wrong state, P_Key/Q_Key
+	// mismatch, not from the peer, no receive request (RNR), refused
+	// (bad sequence, length or access, stray response).
+	RxDropped                                            uint64
+	RxBadState, RxBadKey, RxNotPeer, RxNoRecv, RxInvalid uint64
+	// RC requests after a PSN gap, discarded until the requester goes
+	// back (not in RxDropped).
+	RxOutOfSeq uint64
+}
+
+func packetStats(e *qp.Stats) PacketStats {
+	return PacketStats{
+		RxFrames: e.RxFrames.Load(), TxFrames: e.TxFrames.Load(),
+		RxBytes: e.RxBytes.Load(), TxBytes: e.TxBytes.Load(), TxNoBuffer: e.TxNoBuffer.Load(),
+		Retransmits: e.Retransmits.Load(), Timeouts: e.Timeouts.Load(),
+		RNRNaksRx: e.RNRNaksRx.Load(), RNRNaksTx: e.RNRNaksTx.Load(),
+		SeqNaksRx: e.SeqNaksRx.Load(), SeqNaksTx: e.SeqNaksTx.Load(),
+		InvReqNaksRx: e.InvReqNaksRx.Load(), RemAccessNaksRx: e.RemAccessNaksRx.Load(), RemOpNaksRx: e.RemOpNaksRx.Load(),
+		InvReqNaksTx: e.InvReqNaksTx.Load(), RemAccessNaksTx: e.RemAccessNaksTx.Load(), RemOpNaksTx: e.RemOpNaksTx.Load(),
+		Duplicates: e.Duplicates.Load(), ToError: e.ToError.Load(),
+		RxDropped: e.RxDropped.Load(), RxBadState: e.RxBadState.Load(), RxBadKey: e.RxBadKey.Load(),
+		RxNotPeer: e.RxNotPeer.Load(), RxNoRecv: e.RxNoRecv.Load(), RxInvalid: e.RxInvalid.Load(),
+		RxOutOfSeq: e.RxOutOfSeq.Load(),
+	}
 }
 
 // Stats returns the QP's counters; it may be called from any goroutine.
@@ -63,6 +106,7 @@ func (q *QP) Stats() QPStats {
 		SendCompletions: c.sendOK.Load(), SendErrors: c.sendErr.Load(),
 		RecvCompletions: c.recvOK.Load(), RecvErrors: c.recvErr.Load(),
 		RecvBytes: c.recvBytes.Load(), LastError: WCStatus(c.lastErr.Load()),
+		PacketStats: packetStats(q.q.Stats()),
 	}
 }
 
