@@ -67,6 +67,7 @@ var perfTests = []perfTest{
 type perfOptions struct {
 	test       perfTest
 	size       int
+	sizeSet    bool // -s was given
 	iters      int
 	duration   int
 	all        bool
@@ -170,6 +171,7 @@ func (o *perfOptions) check() error {
 			}
 		}
 	}
+	o.sizeSet = o.size >= 0
 	def(&o.size, 65536, 2)
 	def(&o.iters, 5000, 1000)
 	def(&o.txDepth, 128, 1)
@@ -181,8 +183,8 @@ func (o *perfOptions) check() error {
 	switch {
 	case o.conn != "RC" && o.conn != "UC" && o.conn != "UD":
 		return usagef("perf: -c %s: want RC, UC or UD", o.conn)
-	case o.conn == "UD":
-		return usagef("perf: -c UD is not supported yet: use RC or UC")
+	case o.conn == "UD" && t.verb != perftest.Send:
+		return usagef("perf: %s needs -c RC or UC: UD has SENDs only", t.name)
 	case o.conn == "UC" && (t.verb == perftest.Read || t.verb == perftest.Atomic):
 		return usagef("perf: %s needs -c RC: UC has no READ or atomics", t.name)
 	case o.size < 1 || o.size > 1<<30:
@@ -224,13 +226,19 @@ func (o *perfOptions) check() error {
 	return nil
 }
 
-// sizes are the message sizes to run.
-func (o *perfOptions) sizes() []int {
+// sizes are the message sizes to run: with -a, 2 … 2^23 bytes (UD: up
+// to the MTU).
+func (r *perfRun) sizes() []int {
+	o := r.o
 	if !o.all {
 		return []int{o.size}
 	}
+	top := maxAllSize
+	if o.conn == "UD" {
+		top = r.mtu.Bytes()
+	}
 	var s []int
-	for n := 2; n <= maxAllSize; n *= 2 {
+	for n := 2; n <= top; n *= 2 {
 		s = append(s, n)
 	}
 	return s
@@ -243,10 +251,15 @@ type perfQP struct {
 	buf  []byte
 	mr   *roce.MR
 	half int
+	av   *roce.AddressVector // UD: the peer's
+	rqpn uint32              // UD: the peer's QP
 }
 
 func (p *perfQP) sendSGE(n int) roce.SGE { return p.mr.SGE(0, n) }
 func (p *perfQP) recvSGE(n int) roce.SGE { return p.mr.SGE(p.half, n) }
+
+// udGRH is the room for the GRH at the start of each UD receive.
+const udGRH = 40
 
 // perfRun is one end of a test.
 type perfRun struct {
@@ -327,6 +340,13 @@ func (r *perfRun) start() error {
 		return err
 	}
 	r.mtu = roce.MTU(m)
+	if o := r.o; o.conn == "UD" && o.size > r.mtu.Bytes() {
+		if o.sizeSet && !o.all {
+			return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d bytes)", o.size, r.mtu.Bytes())
+		}
+		fmt.Fprintf(r.e.stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", r.mtu.Bytes())
+		o.size = r.mtu.Bytes()
+	}
 	return nil
 }
 
@@ -348,11 +368,14 @@ func (r *perfRun) resources() error {
 	if o.all {
 		half = maxAllSize
 	}
-	half = (half + 63) &^ 63
 	typ := roce.RC
-	if o.conn == "UC" {
+	switch o.conn {
+	case "UC":
 		typ = roce.UC
+	case "UD":
+		typ, half = roce.UD, r.mtu.Bytes()+udGRH
 	}
+	half = (half + 63) &^ 63
 	gid, err := localEndpoint(r.dev, nil, o.gid)
 	if err != nil {
 		return err
@@ -428,6 +451,11 @@ func (r *perfRun) connect(ctx context.Context) error {
 		remote.GID = netip.AddrFrom16(r.rem[i].GID)
 		cctx, cancel := context.WithTimeout(ctx, r.o.timeout)
 		err := p.qp.Connect(cctx, local, remote, roce.ConnectOptions{MaxRdAtomic: 16})
+		if err == nil && r.o.conn == "UD" {
+			var av roce.AddressVector
+			av, err = r.dev.Resolve(cctx, remote.GID)
+			p.av, p.rqpn = &av, remote.QPN
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("unable to connect QP %#x to %v: %w", r.my[i].QPN, remote.GID, err)
@@ -483,7 +511,7 @@ func (r *perfRun) test(ctx context.Context) error {
 		return r.serverWait(runWait, false)
 	case lat:
 		perftest.PrintLatHeader(w, o.duration > 0)
-		for _, size := range o.sizes() {
+		for _, size := range r.sizes() {
 			if err := r.latency(ctx, size); err != nil {
 				return err
 			}
@@ -500,7 +528,7 @@ func (r *perfRun) test(ctx context.Context) error {
 	}
 	perftest.PrintBWHeader(w, o.gbits)
 	var rep perftest.BWReport
-	for _, size := range o.sizes() {
+	for _, size := range r.sizes() {
 		var err error
 		if rep, err = r.bandwidth(ctx, size); err != nil {
 			return err
@@ -564,7 +592,7 @@ func (r *perfRun) sendTest(ctx context.Context, wait time.Duration) error {
 	} else {
 		perftest.PrintBWHeader(w, o.gbits)
 	}
-	for _, size := range o.sizes() {
+	for _, size := range r.sizes() {
 		if o.test.lat || r.server {
 			if err := r.postRecvs(); err != nil {
 				return err
@@ -680,6 +708,9 @@ func (r *perfRun) sendWR(i, size int) roce.SendWR {
 		}
 	default:
 		wr.Opcode, wr.SGL = roce.WRSend, []roce.SGE{p.sendSGE(size)}
+		if p.av != nil {
+			wr.AV, wr.RemoteQPN, wr.RemoteQKey = p.av, p.rqpn, 0x11111111
+		}
 	}
 	return wr
 }
@@ -817,6 +848,10 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 		if err != nil {
 			if o.duration > 0 && done > 0 {
 				break // the client stopped sending
+			}
+			if o.conn == "UD" && done > 0 && ctx.Err() == nil {
+				fmt.Fprintf(r.e.stderr, "perf: %s: %d of %d messages lost (UD does not retransmit)\n", o.test.name, total-done, total)
+				break
 			}
 			return perftest.BWReport{}, fmt.Errorf("after %d of %d receives: %w", done, total, err)
 		}

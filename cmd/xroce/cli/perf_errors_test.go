@@ -34,6 +34,7 @@ func TestPingpongPerfBadFlags(t *testing.T) {
 		{[]string{"perf", "write_rate"}, `unknown test "write_rate"`},
 		{[]string{"perf", "write_bw", "-R"}, "-R (rdma_cm) is not supported yet"},
 		{[]string{"perf", "read_bw", "-c", "UC"}, "read_bw needs -c RC"},
+		{[]string{"perf", "write_bw", "-c", "UD"}, "write_bw needs -c RC or UC"},
 		{[]string{"perf", "send_bw", "-c", "XRC"}, "-c XRC: want RC, UC or UD"},
 		{[]string{"perf", "write_lat", "-q", "2"}, "latency tests use one QP"},
 		{[]string{"perf", "write_bw", "-D", "5", "-a"}, "-D and -a do not go together"},

@@ -71,6 +71,9 @@ func TestPerf(t *testing.T) {
 		{"write_lat", []string{"-n", "100", "-s", "3000", "-c", "UC"}, []int{3000}, 100},
 		{"read_lat", []string{"-n", "200", "-s", "100"}, []int{100}, 200},
 		{"send_lat", []string{"-n", "200"}, []int{2}, 200},
+		{"send_lat", []string{"-n", "200", "-c", "UD", "-s", "1000"}, []int{1000}, 200},
+		{"send_bw", []string{"-n", "300", "-c", "UD"}, []int{1024}, 300}, // 65536 is cut to the MTU
+		{"send_bw", []string{"-n", "20", "-c", "UD", "-a"}, []int{2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}, 20},
 		{"send_lat", []string{"-n", "50", "-a"}, all, 50},
 		{"write_bw", []string{"-n", "10", "-a"}, all, 10},
 	} {
