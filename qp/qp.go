@@ -229,9 +229,15 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 		if cfg.SRQ.e != e {
 			return nil, fmt.Errorf("create qp %#x: SRQ of another engine: %w", cfg.QPN, ErrInvalidAttr)
 		}
+		if cfg.SRQ.dead {
+			return nil, fmt.Errorf("create qp %#x: SRQ: %w", cfg.QPN, ErrDestroyed)
+		}
 		q.srq = cfg.SRQ
 		q.cur.sge = make([]SGE, 0, cfg.SRQ.maxSGE)
 		q.cur.dst = make([][]byte, 0, cfg.SRQ.maxSGE)
+	}
+	if q.srq != nil {
+		q.srq.nqp++
 	}
 	q.resStore = make([]resource, maxRdAtomic)
 	h := fnv.New32a()
@@ -247,8 +253,15 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 // QP returns the engine's queue pair numbered qpn, or nil.
 func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
 
-// Destroy removes the QP from the engine without completions.
+// Destroy removes the QP from the engine without completions. It is
+// idempotent.
 func (q *QP) Destroy() {
+	if q.destroyed {
+		return
+	}
+	if q.srq != nil {
+		q.srq.nqp--
+	}
 	delete(q.e.qps, q.qpn)
 	for i, x := range q.e.list {
 		if x == q {

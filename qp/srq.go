@@ -11,6 +11,8 @@ type SRQ struct {
 	rq         []recvWQE
 	head, tail uint32
 	maxSGE     int
+	nqp        int  // QPs created with it and not destroyed
+	dead       bool // destroyed
 }
 
 // CreateSRQ returns a shared receive queue of maxWR requests (0 means 128)
@@ -31,6 +33,9 @@ func (e *Engine) CreateSRQ(maxWR, maxSGE int) *SRQ {
 
 // PostRecv queues a receive request on the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if s.dead {
+		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
+	}
 	if s.tail-s.head >= uint32(len(s.rq)) {
 		return fmt.Errorf("post srq recv: %w", ErrQueueFull)
 	}
@@ -45,6 +50,21 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 		w.capacity += g.Length
 	}
 	s.tail++
+	return nil
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq): its waiting requests are
+// dropped without completions. It fails with ErrInUse while a QP created
+// with it exists (destroy those first), and is idempotent.
+func (s *SRQ) Destroy() error {
+	if s.dead {
+		return nil
+	}
+	if s.nqp > 0 {
+		return fmt.Errorf("destroy srq: used by %d QPs: %w", s.nqp, ErrInUse)
+	}
+	s.dead = true
+	s.head = s.tail
 	return nil
 }
 

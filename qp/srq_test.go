@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -74,5 +75,37 @@ func TestSRQ(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An SRQ cannot be destroyed while a QP uses it; once its QPs are gone it
+// can, its requests are dropped, and it refuses new requests and QPs.
+func TestSRQDestroy(t *testing.T) {
+	n := newSimNet(t, 1, faults{})
+	srq := n.ends[1].e.CreateSRQ(8, 1)
+	if err := srq.PostRecv(&RecvWR{ID: 1, SGL: []SGE{{Addr: localBase, Length: 10, LKey: localKey}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, b, _ := connectWith(t, n, RC, [2]uint32{0x100, 0x101}, 1, 2, MTU256, nil, [2]*SRQ{nil, srq}, []*testCQ{nil, &testCQ{}})
+	if err := srq.Destroy(); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Destroy with a QP on it = %v, want ErrInUse", err)
+	}
+	b.Destroy()
+	b.Destroy() // idempotent: counts the QP once
+	if err := srq.Destroy(); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if err := srq.Destroy(); err != nil {
+		t.Fatalf("second Destroy: %v", err)
+	}
+	if srq.Len() != 0 {
+		t.Errorf("Len() = %d after Destroy", srq.Len())
+	}
+	if err := srq.PostRecv(&RecvWR{ID: 2}); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("PostRecv after Destroy = %v, want ErrDestroyed", err)
+	}
+	cq := &testCQ{}
+	if _, err := n.ends[1].e.CreateQP(Config{Type: RC, QPN: 0x200, SendCQ: cq, RecvCQ: cq, Mem: n.ends[1].mem, SRQ: srq}); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("CreateQP on a destroyed SRQ = %v, want ErrDestroyed", err)
 	}
 }

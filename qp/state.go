@@ -120,6 +120,8 @@ var (
 	ErrTooManySGE  = errors.New("too many scatter/gather elements")
 	ErrInline      = errors.New("inline data too long")
 	ErrOpcode      = errors.New("operation not supported by this QP type")
+	ErrInUse       = errors.New("still in use")
+	ErrDestroyed   = errors.New("destroyed")
 )
 
 // ModifyError explains why Modify refused a change.

@@ -302,6 +302,10 @@ const (
 	EventCQError         EventType = iota + 1 // a CQ overflowed; completions were lost
 	EventQPFatal                              // a QP went to ERR because of an error
 	EventSRQLimitReached                      // an SRQ fell below its armed limit
+	// EventQPLastWQEReached: a QP on an SRQ entered ERR and will take no
+	// more requests from it; after it the QP can be destroyed without
+	// losing a receive completion.
+	EventQPLastWQEReached
 )
 
 func (t EventType) String() string {
@@ -312,6 +316,8 @@ func (t EventType) String() string {
 		return "QP_FATAL"
 	case EventSRQLimitReached:
 		return "SRQ_LIMIT_REACHED"
+	case EventQPLastWQEReached:
+		return "QP_LAST_WQE_REACHED"
 	}
 	return fmt.Sprintf("EventType(%d)", uint8(t))
 }
@@ -319,7 +325,7 @@ func (t EventType) String() string {
 // Event is an asynchronous event (ibv_async_event).
 type Event struct {
 	Type EventType
-	QPN  uint32 // EventQPFatal
+	QPN  uint32 // EventQPFatal, EventQPLastWQEReached
 	CQ   *CQ    // EventCQError
 	SRQ  *SRQ   // EventSRQLimitReached
 }

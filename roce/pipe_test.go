@@ -150,12 +150,14 @@ func testSRQ(t *testing.T, da, db *Device) {
 	}
 	rcq, _ := db.CreateCQ(256)
 	var as []*side
+	var bqps []*QP
 	for range nqp {
 		a := newSide(t, da, RC, msg, nil, nil)
 		q, err := pb.CreateQP(QPConfig{Type: RC, SendCQ: rcq, RecvCQ: rcq, SRQ: srq})
 		if err != nil {
 			t.Fatal(err)
 		}
+		bqps = append(bqps, q)
 		b := &side{d: db, pd: pb, cq: rcq, qp: q}
 		connect(t, a, b, ConnectOptions{})
 		as = append(as, a)
@@ -194,6 +196,49 @@ func testSRQ(t *testing.T, da, db *Device) {
 	}
 	if err := srq.Destroy(); !errors.Is(err, ErrBusy) {
 		t.Fatalf("destroy SRQ in use: %v, want ErrBusy", err)
+	}
+	// Each QP on the SRQ moved to ERR reports its last WQE once; then the
+	// QPs and the SRQ can go.
+	for _, q := range bqps {
+		for range 2 {
+			if err := q.Modify(&Attr{State: StateErr}, AttrState); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[uint32]int{}
+	for len(got) < nqp {
+		select {
+		case e := <-db.Events():
+			if e.Type != EventQPLastWQEReached {
+				t.Fatalf("event %v, want QP_LAST_WQE_REACHED", e.Type)
+			}
+			got[e.QPN]++
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d last-WQE events, want %d", len(got), nqp)
+		}
+	}
+	select {
+	case e := <-db.Events():
+		t.Fatalf("extra event %v for qp %#x", e.Type, e.QPN)
+	default:
+	}
+	for _, q := range bqps {
+		if got[q.QPN()] != 1 {
+			t.Fatalf("qp %#x: %d last-WQE events", q.QPN(), got[q.QPN()])
+		}
+		if err := srq.Destroy(); !errors.Is(err, ErrBusy) {
+			t.Fatalf("destroy SRQ in use: %v, want ErrBusy", err)
+		}
+		if err := q.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srq.Destroy(); err != nil {
+		t.Fatalf("destroy SRQ after its QPs: %v", err)
+	}
+	if err := srq.PostRecv(&RecvWR{}); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("post to a destroyed SRQ: %v", err)
 	}
 }
 

@@ -35,6 +35,7 @@ type QP struct {
 	sq, rq    refRing
 	destroyed bool
 	fatal     bool // an EventQPFatal was raised
+	lastWQE   bool // an EventQPLastWQEReached was raised
 
 	stats qpCounters
 }
@@ -252,9 +253,22 @@ func (q *QP) afterError() {
 			q.fatal = true
 			q.w.d.event(Event{Type: EventQPFatal, QPN: q.qpn})
 		}
+		q.lastWQELocked()
 	case qp.StateSQE:
 		q.sq.clear()
 	}
+}
+
+// lastWQELocked raises EventQPLastWQEReached once for a QP on an SRQ that
+// entered ERR: it will take no more requests from the SRQ, and the one it
+// was filling has been flushed (IBTA Vol 1 §10.3.1, Last WQE Reached);
+// w.mu is held.
+func (q *QP) lastWQELocked() {
+	if q.cfg.SRQ == nil || q.lastWQE {
+		return
+	}
+	q.lastWQE = true
+	q.w.d.event(Event{Type: EventQPLastWQEReached, QPN: q.qpn})
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). Its
@@ -390,10 +404,11 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 		case qp.StateReset:
 			q.sq.clear()
 			q.rq.clear()
-			q.fatal = false
+			q.fatal, q.lastWQE = false, false
 		case qp.StateErr:
 			q.sq.clear()
 			q.rq.clear()
+			q.lastWQELocked()
 		}
 	}
 	w.mu.Unlock()
@@ -650,6 +665,9 @@ func (s *SRQ) Destroy() error {
 	}
 	if s.nqp > 0 {
 		return fmt.Errorf("destroy srq: used by %d QPs: %w", s.nqp, ErrBusy)
+	}
+	if err := s.s.Destroy(); err != nil {
+		return fmt.Errorf("destroy srq: %w", err)
 	}
 	s.dead = true
 	s.refs.clear()
