@@ -10,7 +10,9 @@ import (
 // CQ is a completion queue (ibv_cq): a ring of work completions that the
 // workers fill and the user polls. Its methods are safe for concurrent
 // use. A full CQ does not lose completions silently: the overflow is
-// counted, Err returns ErrCQOverflow and an EventCQError is raised.
+// counted, Err returns ErrCQOverflow and an EventCQError is raised, and as
+// in verbs the QP whose completion was lost moves to ERR (with an
+// EventQPFatal): its peer sees errors rather than a silent gap.
 type CQ struct {
 	d *Device
 
@@ -46,8 +48,9 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	return c, nil
 }
 
-// complete adds a completion; called by the workers.
-func (c *CQ) complete(wc *WC) {
+// complete adds a completion and reports whether it fit; called by the
+// workers.
+func (c *CQ) complete(wc *WC) bool {
 	c.mu.Lock()
 	if c.tail-c.head >= uint64(len(c.ring)) {
 		first := c.err == nil
@@ -58,7 +61,7 @@ func (c *CQ) complete(wc *WC) {
 			c.d.event(Event{Type: EventCQError, CQ: c})
 		}
 		c.signal()
-		return
+		return false
 	}
 	c.ring[c.tail%uint64(len(c.ring))] = *wc
 	c.tail++
@@ -70,6 +73,7 @@ func (c *CQ) complete(wc *WC) {
 		default:
 		}
 	}
+	return true
 }
 
 func (c *CQ) signal() {

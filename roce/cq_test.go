@@ -29,6 +29,28 @@ func TestCQOverflow(t *testing.T) {
 	if err := cq.Destroy(); !errors.Is(err, ErrBusy) {
 		t.Fatalf("destroy CQ in use: %v", err)
 	}
+	// The QP whose completion was lost goes to ERR, with its event.
+	select {
+	case e := <-da.Events():
+		if e.Type != EventQPFatal || e.QPN != q.QPN() {
+			t.Fatalf("event %+v, want QP_FATAL for qp %#x", e, q.QPN())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no QP_FATAL event after the CQ overflowed")
+	}
+	if st := q.State(); st != StateErr {
+		t.Fatalf("QP in %v after its CQ overflowed, want ERR", st)
+	}
+	if err := q.PostSend(&SendWR{ID: 9, Opcode: WRRDMAWrite, Flags: SendSignaled, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if s := q.Stats(); s.SendErrors == 0 {
+		t.Errorf("QP stats %+v: want flushed requests", s)
+	}
+	// The other QP, whose CQ has room, is untouched.
+	if st := b.qp.State(); st != StateRTS {
+		t.Fatalf("peer QP in %v, want RTS", st)
+	}
 }
 
 func TestPollAllocs(t *testing.T) {

@@ -36,6 +36,7 @@ type QP struct {
 	destroyed bool
 	fatal     bool // an EventQPFatal was raised
 	lastWQE   bool // an EventQPLastWQEReached was raised
+	cqLost    bool // a completion of this QP was lost to a full CQ
 
 	stats qpCounters
 }
@@ -214,7 +215,9 @@ func (s *sendSink) Complete(wc *qp.WC) {
 		q.sq.pop()
 		q.w.dirty = append(q.w.dirty, q)
 	}
-	q.cfg.SendCQ.complete(wc)
+	if !q.cfg.SendCQ.complete(wc) {
+		q.lostCompletion()
+	}
 }
 
 // Complete implements qp.CQ (called by the worker with w.mu held).
@@ -233,15 +236,36 @@ func (s *recvSink) Complete(wc *qp.WC) {
 		q.stats.recvOK.Add(1)
 		q.stats.recvBytes.Add(uint64(wc.ByteLen))
 	}
-	q.cfg.RecvCQ.complete(wc)
+	if !q.cfg.RecvCQ.complete(wc) {
+		q.lostCompletion()
+	}
 }
 
-// afterError runs after a batch in which q had an error completion: once
+// lostCompletion notes that a completion did not fit its CQ; after the
+// batch, afterError moves the QP to ERR. w.mu is held.
+func (q *QP) lostCompletion() {
+	if !q.cqLost {
+		q.cqLost = true
+		q.w.dirty = append(q.w.dirty, q)
+	}
+}
+
+// afterError runs after a batch in which q had an error completion or lost
+// one to a full CQ: once
 // the QP is in ERR or SQE the engine has flushed its send queue, so every
 // reference left is released, and a fatal error raises EventQPFatal.
 func (q *QP) afterError() {
 	if q.destroyed {
 		return
+	}
+	if q.cqLost {
+		// CQ overrun: as in verbs, the QP goes to ERR, since its
+		// completions can no longer be reported. Its flushed requests
+		// complete on the same full CQ and are counted as lost too.
+		q.cqLost = false
+		if st := q.q.State(); st != qp.StateErr && st != qp.StateReset {
+			q.q.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
+		}
 	}
 	switch q.q.State() {
 	case qp.StateErr:
