@@ -40,6 +40,16 @@ result() {
 	echo "guest: $2 $1 ($4)"
 }
 
+# stop PID: ends a tool started as `timeout ... TOOL &` (PID is timeout's).
+# timeout passes a TERM on to the tool; killing timeout itself would leave the
+# tool running (an RC client would retransmit for the rest of the run).
+stop() {
+	kill -TERM "$1" 2>/dev/null || return 0
+	for _ in $(seq 20); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+	pkill -KILL -P "$1"
+	kill -KILL "$1" 2>/dev/null
+}
+
 # wait_listen PORT: until a TCP socket listens on PORT (10 s at most).
 wait_listen() {
 	for _ in $(seq 100); do
@@ -78,7 +88,7 @@ pair() {
 	timeout -s KILL "$to" "${srv[@]}" >"/out/logs/$name.server.txt" 2>&1 &
 	spid=$!
 	if ! wait_listen 18515; then
-		kill -9 "$spid" 2>/dev/null
+		stop "$spid"
 		wait "$spid"
 		result "$name" FAIL "$t0" "server did not listen on 18515"
 		return
@@ -312,7 +322,7 @@ mode_tap() {
 		rc="not started"
 	fi
 	sleep 1 # the server prints its remote address line, then waits for SENDs
-	kill -9 "$spid" 2>/dev/null
+	stop "$spid"
 	wait "$spid"
 	if grep -q 'remote address: LID 0x0000, QPN 0x000123, PSN 0x00abcd, GID ::ffff:198.18.1.1' /out/logs/tap.server.txt; then
 		result tap.rc_pingpong_server PASS "$t0" "$(grep 'remote address' /out/logs/tap.server.txt | sed 's/^ *//')"
@@ -341,7 +351,7 @@ mode_tap() {
 		sleep 0.1
 	done
 	sleep 2 # rxe sends the SEND and retransmits it
-	kill -9 "$spid" 2>/dev/null
+	stop "$spid"
 	wait "$spid"
 	rc=$(host_wait tap.host-server 10)
 	if grep -q 'remote address: LID 0x0000, QPN 0x000456, PSN 0x00cdef, GID ::ffff:198.18.1.1' /out/logs/tap.client.txt; then
@@ -375,7 +385,7 @@ vs_host_client() {
 	fi
 	# The server ends with the client, or soon after.
 	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
-	kill -9 "$spid" 2>/dev/null
+	stop "$spid"
 	wait "$spid"
 	src=$?
 	if [ "$src" = 0 ] && [ "$hrc" = 0 ]; then
@@ -463,5 +473,11 @@ for m in ${XROCE_MODE//,/ }; do
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
 	esac
 	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds
+	# No tool may outlive its mode (a left-over RC client keeps retransmitting).
+	left=$(pgrep -l '^(ibv_|ib_(write|read|send|atomic)_|tcpdump)' | paste -sd' ')
+	if [ -n "$left" ]; then
+		result "$m.leftovers" FAIL "$(now)" "still running after the mode: $left"
+		pkill -KILL '^(ibv_|ib_(write|read|send|atomic)_|tcpdump)'
+	fi
 done
 echo "guest: done at $(now)s"
