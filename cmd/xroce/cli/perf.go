@@ -274,7 +274,8 @@ type perfRun struct {
 	rcq     *roce.CQ
 	qps     []*perfQP
 	my, rem []perftest.Dest
-	rout    []int // receives outstanding per QP
+	rout    []int     // receives outstanding per QP
+	prog    *progress // of the latency run under way
 	mtu     roce.MTU
 	wcs     [64]roce.WC
 }
@@ -896,6 +897,7 @@ func (r *perfRun) latency(ctx context.Context, size int) error {
 	}
 	var posted []time.Duration
 	origin := time.Now()
+	r.prog = newProgress(r.e.stderr, o.test.name)
 	var err error
 	var n int
 	switch o.test.verb {
@@ -916,6 +918,18 @@ func (r *perfRun) latency(ctx context.Context, size int) error {
 	}
 	perftest.PrintLat(r.e.stdout, perftest.Latency(size, posted, rtt))
 	return nil
+}
+
+// latProgress reports a latency run's progress now and then.
+func (r *perfRun) latProgress(n, size int) {
+	if n%1024 != 0 {
+		return
+	}
+	total := r.o.iters
+	if r.o.duration > 0 {
+		total = 0
+	}
+	r.prog.tick(time.Now(), n, total, int64(n)*int64(size))
 }
 
 // over reports whether a duration run is over.
@@ -940,6 +954,9 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 				if p.buf[pollAt] == byte(rcnt) {
 					break
 				}
+				if over(end) {
+					return scnt, nil // each side ends a duration run at its own time
+				}
 				// A WRITE completes nothing on this side: spin,
 				// then nap, so as not to starve the workers.
 				if i < spinPolls || time.Since(start) < spinWrite {
@@ -960,6 +977,7 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 		}
 		if scnt < iters {
 			*posted = append(*posted, time.Since(origin))
+			r.latProgress(len(*posted), size)
 			scnt++
 			p.buf[size-1] = byte(scnt)
 			if err := p.qp.PostSend(&wr); err != nil {
@@ -1001,6 +1019,7 @@ func (r *perfRun) readLat(ctx context.Context, size, iters int, end, origin time
 	n := 0
 	for n < iters && !over(end) {
 		*posted = append(*posted, time.Since(origin))
+		r.latProgress(len(*posted), size)
 		if err := r.qps[0].qp.PostSend(&wr); err != nil {
 			return n, fmt.Errorf("couldn't post read: %w", err)
 		}
@@ -1025,7 +1044,18 @@ func (r *perfRun) sendLat(ctx context.Context, size, iters int, end, origin time
 	scnt, rcnt, ccnt := 0, 0, 0
 	for scnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && !r.server) {
-			n, err := r.pollOne(ctx, r.rcq)
+			var n int
+			var err error
+			if end.IsZero() {
+				n, err = r.pollOne(ctx, r.rcq)
+			} else {
+				// A duration run ends on each side at its own
+				// time: stop waiting then.
+				n, err = r.pollUntil(ctx, r.rcq, end)
+				if err == nil && n == 0 {
+					break
+				}
+			}
 			if err != nil {
 				return scnt, fmt.Errorf("after %d receives: %w", rcnt, err)
 			}
@@ -1042,6 +1072,7 @@ func (r *perfRun) sendLat(ctx context.Context, size, iters int, end, origin time
 		}
 		if scnt < iters {
 			*posted = append(*posted, time.Since(origin))
+			r.latProgress(len(*posted), size)
 			scnt++
 			if err := p.qp.PostSend(&wr); err != nil {
 				return scnt, fmt.Errorf("couldn't post send: %w", err)
@@ -1082,6 +1113,30 @@ func (r *perfRun) pollOne(ctx context.Context, cq *roce.CQ) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// pollUntil waits for completions on cq until end (0 then), or the
+// timeout.
+func (r *perfRun) pollUntil(ctx context.Context, cq *roce.CQ, end time.Time) (int, error) {
+	deadline := time.Now().Add(r.o.timeout)
+	for i := 0; ; i++ {
+		n, err := r.drain(cq)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if over(end) {
+			return 0, nil
+		}
+		runtime.Gosched()
+		if i%1024 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("no completion for %v: is the peer still there?", r.o.timeout)
+			}
+		}
+	}
 }
 
 // drain collects the completions cq holds, without waiting.

@@ -117,3 +117,21 @@ func TestPerfDuration(t *testing.T) {
 	}
 	t.Logf("client:\n%s\nstderr:\n%s", rc.stdout, rc.stderr)
 }
+
+// A latency run of -D seconds prints perftest's duration table.
+func TestPerfLatencyDuration(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, test := range []string{"send_lat", "write_lat"} {
+		port := 18651 + i
+		flags := []string{test, "-D", "2", "-p", fmt.Sprint(port), "-timeout", "10s"}
+		rs, rc := clientServer(t, p, port,
+			append([]string{"perf", "-d", p.B.Ifname}, flags...), append([]string{"perf", "-d", p.A.Ifname}, flags...))
+		line := regexp.MustCompile(`(?m)^ 2\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d$`)
+		for who, r := range map[string]result{"client": rc, "server": rs} {
+			if r.err != nil || !strings.Contains(r.stdout, perftest.ResultLatD+"\n") || !line.MatchString(r.stdout) {
+				t.Errorf("%s %s: %v\n%s\n%s", test, who, r.err, r.stdout, r.stderr)
+			}
+		}
+		t.Logf("%s client:\n%s", test, rc.stdout)
+	}
+}
