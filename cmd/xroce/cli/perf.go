@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -274,6 +275,7 @@ type perfRun struct {
 	rcq     *roce.CQ
 	qps     []*perfQP
 	my, rem []perftest.Dest
+	cycle   int       // the cycle buffer: perftest spreads its requests over this many bytes of ours
 	rout    []int     // receives outstanding per QP
 	prog    *progress // of the latency run under way
 	mtu     roce.MTU
@@ -325,7 +327,8 @@ func (r *perfRun) start() error {
 	if err := r.conn.Versions(); err != nil {
 		return err
 	}
-	if _, _, err := r.conn.SysData(4096, 64); err != nil {
+	var err error
+	if r.cycle, _, err = r.conn.SysData(os.Getpagesize(), 64); err != nil {
 		return err
 	}
 	active := r.dev.Info().ActiveMTU
@@ -376,7 +379,9 @@ func (r *perfRun) resources() error {
 	case "UD":
 		typ, half = roce.UD, r.mtu.Bytes()+udGRH
 	}
-	half = (half + 63) &^ 63
+	// perftest moves the address of each request on by its size within
+	// the cycle buffer (a page), so offer at least that much.
+	half = (max(half, r.cycle) + 63) &^ 63
 	gid, err := localEndpoint(r.dev, nil, o.gid)
 	if err != nil {
 		return err
