@@ -247,16 +247,17 @@ func TestLabBinary(t *testing.T) {
 	checkNoNamespaces(t, stdout.String())
 }
 
-// A 9000-byte MTU: RoCE MTU 4096 over multi-buffer XDP; tour and loss only.
+// A 9000-byte MTU: RoCE MTU 4096 over multi-buffer XDP, two queues and
+// workers per device; tour and loss only.
 func TestLabJumbo(t *testing.T) {
 	needRoot(t)
 	pcap := filepath.Join(t.TempDir(), "jumbo.pcap")
-	out, errOut, err := run(t, "lab", "--duration", "0", "--mtu", "9000", "--sizes", "64,10000", "--trace", "0",
+	out, errOut, err := run(t, "lab", "--duration", "0", "--mtu", "9000", "--queues", "2", "--sizes", "64,10000", "--trace", "0",
 		"--loss", "5%", "--pcap", pcap, "--stat-dir", "")
 	if err != nil {
 		t.Fatalf("lab: %v\n%s\n%s", err, out, errOut)
 	}
-	for _, want := range []string{"RoCE MTU 4096", "  ok   RC READ 10000 B", "18 operations checked, all byte-exact", "loss 5% (RC)"} {
+	for _, want := range []string{"RoCE MTU 4096", "2 workers", "  ok   RC READ 10000 B", "18 operations checked, all byte-exact", "loss 5% (RC)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
