@@ -230,7 +230,8 @@ func (r *labRun) lossTable(before, after lossCounters) {
 		{"ACK timeouts", d(before.a.Timeouts, after.a.Timeouts), d(before.b.Timeouts, after.b.Timeouts)},
 		{"go-back-N retransmissions", d(before.a.Retransmits, after.a.Retransmits), d(before.b.Retransmits, after.b.Retransmits)},
 		{"duplicate requests answered", d(before.a.Duplicates, after.a.Duplicates), d(before.b.Duplicates, after.b.Duplicates)},
-		{"frames discarded (out of sequence)", d(before.a.RxDropped, after.a.RxDropped), d(before.b.RxDropped, after.b.RxDropped)},
+		{"requests discarded after a PSN gap", d(before.a.RxOutOfSeq, after.a.RxOutOfSeq), d(before.b.RxOutOfSeq, after.b.RxOutOfSeq)},
+		{"responses discarded (gap or stale)", d(before.a.RxDropped, after.a.RxDropped), d(before.b.RxDropped, after.b.RxDropped)},
 	}
 	fmt.Fprintf(w, "\n  %-36s %14s %14s\n", "counter (during the loss phase)", "A requester", "B responder")
 	for _, row := range rows {
