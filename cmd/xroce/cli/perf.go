@@ -411,6 +411,12 @@ func (r *perfRun) info() {
 	in := perftest.Info{Verb: o.test.verb, Atomic: o.atomicType, Latency: o.test.lat, Server: r.server,
 		Device: r.dev.Info().Name, QPs: o.qps, Connection: o.conn, TxDepth: o.txDepth, RxDepth: o.rxDepth,
 		CQMod: o.cqMod, MTU: r.mtu.Bytes(), GIDIndex: o.gid, OutReads: 16}
+	// perftest picks a GID on RoCE and shows its index: so does this.
+	for i, g := range r.dev.GIDs() {
+		if g.As16() == r.my[0].GID && in.GIDIndex < 0 {
+			in.GIDIndex = i
+		}
+	}
 	perftest.PrintInfo(r.e.stdout, &in)
 }
 
