@@ -40,7 +40,7 @@ itself); during the measurements only the first frames are kept. While it
 runs, the lab serves its counters to 'xroce stat'. It needs root (network
 namespaces, XDP); it removes its namespaces when it ends, also on Ctrl-C.`
 
-const labExamples = `  sudo xroce lab                              # the whole tour, about 15 s
+const labExamples = `  sudo xroce lab                              # all of it, about 10 s
   sudo xroce lab --duration 0 --trace 100     # tour and loss only, more packets traced
   sudo xroce lab --loss 0.3 --sizes 64,65536 --pcap /tmp/lab.pcap
   xroce dump /tmp/lab.pcap                    # every packet decoded, ICRC checked
