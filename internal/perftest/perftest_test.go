@@ -232,3 +232,47 @@ func TestBWAndLatency(t *testing.T) {
 		t.Errorf("PrintBW = %q, want %q", b.String(), want)
 	}
 }
+
+// The banner of an ib_write_bw client on RoCE, as perftest 4.5 prints it
+// (ctx_print_test_info) for rxe0, GID index 1, without ibv_wr support.
+func TestPrintInfo(t *testing.T) {
+	var b bytes.Buffer
+	PrintInfo(&b, &Info{Verb: Write, Device: "rxe0", QPs: 1, Connection: "RC", TxDepth: 128, CQMod: 100,
+		MTU: 1024, GIDIndex: 1})
+	want := ResultLine +
+		"                    RDMA_Write BW Test\n" +
+		" Dual-port       : OFF\t\tDevice         : rxe0\n" +
+		" Number of qps   : 1\t\tTransport type : IB\n" +
+		" Connection type : RC\t\tUsing SRQ      : OFF\n" +
+		" PCIe relax order: Unsupported\n" +
+		" ibv_wr* API     : OFF\n" +
+		" TX depth        : 128\n" +
+		" CQ Moderation   : 100\n" +
+		" Mtu             : 1024[B]\n" +
+		" Link type       : Ethernet\n" +
+		" GID index       : 1\n" +
+		" Max inline data : 0[B]\n" +
+		" rdma_cm QPs\t : OFF\n" +
+		" Data ex. method : Ethernet\n" +
+		ResultLine
+	if b.String() != want {
+		t.Errorf("PrintInfo =\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	PrintInfo(&b, &Info{Verb: Atomic, Atomic: "FETCH_AND_ADD", Server: true, Device: "rxe0", QPs: 1, Connection: "RC",
+		CQMod: 100, MTU: 1024, GIDIndex: -1, OutReads: 16})
+	for _, s := range []string{"RDMA_Atomic", "Atomic FETCH_AND_ADD BW Test\n", " Outstand reads  : 16\n"} {
+		if s == "RDMA_Atomic" {
+			if strings.Contains(b.String(), s) {
+				t.Errorf("atomic banner says %q", s)
+			}
+			continue
+		}
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("atomic server banner lacks %q:\n%s", s, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "TX depth") || strings.Contains(b.String(), "GID index") {
+		t.Errorf("server banner with TX depth or GID index:\n%s", b.String())
+	}
+}
