@@ -108,11 +108,14 @@ func lab(ctx context.Context, e *env, o labOptions) (err error) {
 	}
 	r.phase.Store("setup")
 	defer func() {
-		if cerr := r.close(); cerr != nil && err == nil {
+		cerr := r.close()
+		switch {
+		case ctx.Err() != nil && err != nil && cerr == nil:
+			err = errors.New("lab: interrupted (namespaces removed)")
+		case ctx.Err() != nil && err != nil:
+			err = fmt.Errorf("lab: interrupted; %w", cerr)
+		case err == nil:
 			err = cerr
-		}
-		if ctx.Err() != nil && err != nil {
-			err = fmt.Errorf("lab: interrupted (namespaces removed)")
 		}
 	}()
 	if err := r.setup(); err != nil {
