@@ -13,9 +13,11 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xroce/xroce/internal/perftest"
+	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -83,6 +85,7 @@ type perfOptions struct {
 	rxDepth    int
 	cqMod      int
 	atomicType string
+	statDir    string
 	timeout    time.Duration
 	host       string
 }
@@ -111,6 +114,7 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&cpuFreq, "F", false, "accepted, ignored (perftest: do not fail on CPU frequency differences)")
 	fs.BoolVar(&rdmaCM, "R", false, "connect QPs with rdma_cm (not supported yet)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long`")
+	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")
 	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"D", "duration"}, {"a", "all"}, {"q", "qp"},
 		{"m", "mtu"}, {"x", "gid-index"}, {"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"c", "connection"},
 		{"t", "tx-depth"}, {"r", "rx-depth"}, {"Q", "cq-mod"}, {"A", "atomic_type"}, {"F", "CPU-freq"}, {"R", "rdma_cm"}} {
@@ -278,6 +282,8 @@ type perfRun struct {
 	cycle   int       // the cycle buffer: perftest spreads its requests over this many bytes of ours
 	rout    []int     // receives outstanding per QP
 	prog    *progress // of the latency run under way
+	started time.Time
+	phase   atomic.Value // string: what the run does now, for xroce stat
 	mtu     roce.MTU
 	wcs     [64]roce.WC
 }
@@ -288,7 +294,8 @@ func perf(ctx context.Context, e *env, o *perfOptions) error {
 		return err
 	}
 	defer dev.Close()
-	r := &perfRun{o: o, e: e, server: o.host == "", dev: dev}
+	r := &perfRun{o: o, e: e, server: o.host == "", dev: dev, started: time.Now()}
+	r.phase.Store("connecting")
 	if r.server {
 		fmt.Fprint(e.stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
@@ -500,6 +507,13 @@ func (r *perfRun) test(ctx context.Context) error {
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
+	if o.statDir != "" {
+		// Best effort: xroce stat is a convenience, not a reason to fail.
+		if st, err := statsock.Listen(o.statDir, r.snapshot); err == nil {
+			defer st.Close()
+		}
+	}
+	r.phase.Store("running")
 	if o.test.verb == perftest.Send {
 		if err := r.barrier(o.timeout); err != nil {
 			return err
@@ -557,6 +571,23 @@ func (r *perfRun) test(ctx context.Context) error {
 	}
 	r.deadline(o.timeout)
 	return r.conn.Close(&r.my[0])
+}
+
+// snapshot is what xroce stat shows of the run; the QPs and peers are
+// fixed once connect has run.
+func (r *perfRun) snapshot() *statsock.Snapshot {
+	s := &statsock.Snapshot{PID: os.Getpid(), Command: "perf " + r.o.test.name, Started: r.started}
+	s.Phase, _ = r.phase.Load().(string)
+	info := r.dev.Info()
+	d := statsock.Device{Name: "perf", Ifname: info.Name, Addr: netip.AddrFrom16(r.my[0].GID).Unmap().String(),
+		Datapath: strings.TrimSpace(info.Datapath + " " + info.Mode), Counters: counters(r.dev.Stats())}
+	for i, p := range r.qps {
+		d.QPs = append(d.QPs, statsock.QP{Name: r.o.test.name, QPN: p.qp.QPN(), Type: p.qp.Type().String(),
+			State: p.qp.State().String(), Peer: fmt.Sprintf("%v %#x", netip.AddrFrom16(r.rem[i].GID).Unmap(), r.rem[i].QPN),
+			Counters: counters(p.qp.Stats())})
+	}
+	s.Devices = append(s.Devices, d)
+	return s
 }
 
 // runWait bounds the wait for the peer's whole run.

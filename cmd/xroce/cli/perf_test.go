@@ -3,14 +3,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
+	"github.com/xroce/xroce/internal/statsock"
 )
 
 var (
@@ -104,16 +107,35 @@ func TestPerf(t *testing.T) {
 	}
 }
 
-// A run of -D seconds: one result line, and progress lines on stderr.
+// A run of -D seconds: one result line, progress lines on stderr, and the
+// counters for xroce stat while it runs.
 func TestPerfDuration(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
+	dir := t.TempDir()
 	flags := []string{"write_bw", "-D", "3", "-s", "4096", "-p", "18650", "-timeout", "10s"}
-	rs, rc := clientServer(t, p, 18650,
-		append([]string{"perf", "-d", p.B.Ifname}, flags...), append([]string{"perf", "-d", p.A.Ifname}, flags...))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc := runIn(ctx, p.B, append([]string{"perf", "-d", p.B.Ifname, "-stat-dir", ""}, flags...)...)
+	waitListen(t, p.B, 18650, sc)
+	cc := runIn(ctx, p.A, append(append([]string{"perf", "-d", p.A.Ifname, "-stat-dir", dir}, flags...), p.B.IP.String())...)
+	var snap *statsock.Snapshot
+	for deadline := time.Now().Add(2 * time.Second); snap == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ps, err := statsock.List(dir); err == nil && len(ps) == 1 {
+			snap, _ = statsock.Read(ctx, ps[0].Path)
+		}
+	}
+	rc, rs := <-cc, <-sc
 	checkPerf(t, "client", rc, perftest.ResultBW, []int{4096}, 0)
 	checkPerf(t, "server", rs, perftest.ResultBW, []int{4096}, 0)
 	if !regexp.MustCompile(`(?m)^perf: write_bw: \d+ iterations in [23] s, \d+\.\d\d MB/sec so far$`).MatchString(rc.stderr) {
 		t.Errorf("no progress line on the client's stderr:\n%s", rc.stderr)
+	}
+	if snap == nil || snap.Command != "perf write_bw" || snap.Phase != "running" || len(snap.Devices) != 1 ||
+		len(snap.Devices[0].QPs) != 1 || snap.Devices[0].QPs[0].State != "RTS" {
+		t.Errorf("xroce stat snapshot while running: %+v", snap)
+	}
+	if ps, _ := statsock.List(dir); len(ps) != 0 {
+		t.Errorf("sockets left after the run: %v", ps)
 	}
 	t.Logf("client:\n%s\nstderr:\n%s", rc.stdout, rc.stderr)
 }
