@@ -67,8 +67,9 @@ bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print them.
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)
 
 .PHONY: demo
-demo: deps build ## The main job: the xroce demo.
-	./$(BIN) dump bth/testdata/01_rc_pingpong.pcap
+demo: deps build ## The main job: RDMA between two namespaces (tour, loss, bandwidth, latency), then its pcap checked.
+	./$(BIN) lab --pcap lab.pcap
+	./$(BIN) dump -q lab.pcap
 
 .PHONY: clean
 clean: ## Remove build output.
