@@ -662,6 +662,12 @@ func (r *perfRun) sendTest(ctx context.Context, wait time.Duration) error {
 		if err != nil {
 			return err
 		}
+		// send_bw -a meets again after each size.
+		if o.all && !o.test.lat {
+			if err := r.barrier(o.timeout); err != nil {
+				return err
+			}
+		}
 	}
 	io.WriteString(w, perftest.ResultLine)
 	r.deadline(wait)
