@@ -480,14 +480,20 @@ func (q *QP) PostSend(wr *SendWR) error {
 	// No completion can come before push: only this goroutine holds w.mu,
 	// and the engine completes at once only in ERR and SQE (flushing).
 	err := q.q.PostSend(wr)
-	if err == nil && st != qp.StateErr && st != qp.StateSQE {
-		q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
+	kick := true
+	if err == nil {
+		if st != qp.StateErr && st != qp.StateSQE {
+			q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
+		}
+		kick = w.postedLocked()
 	}
 	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	w.kick()
+	if kick {
+		w.kick()
+	}
 	return nil
 }
 
@@ -505,14 +511,20 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	}
 	st := q.q.State()
 	err := q.q.PostRecv(wr)
-	if err == nil && st != qp.StateErr {
-		q.rq.push(w.d, wr.ID, true, wr.SGL)
+	kick := true
+	if err == nil {
+		if st != qp.StateErr {
+			q.rq.push(w.d, wr.ID, true, wr.SGL)
+		}
+		kick = w.postedLocked()
 	}
 	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	w.kick()
+	if kick {
+		w.kick()
+	}
 	return nil
 }
 

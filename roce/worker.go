@@ -35,6 +35,14 @@ type worker struct {
 
 	sleeping atomic.Bool // in a Receive that may wait
 	pending  atomic.Bool // a user call queued work since the last batch
+	// With a link that allows it (ConcurrentTransmit), a user call that
+	// finds the worker asleep runs the engine and transmits itself, and
+	// wakes the worker only when the engine's next deadline (deadline)
+	// comes before the time the worker sleeps until (sleepUntil). Both
+	// are engine times; qp.Never for none.
+	direct     bool
+	deadline   atomic.Int64
+	sleepUntil atomic.Int64
 
 	// fmu guards fq and ffree: frames other workers received for our QPs,
 	// copied into buffers of ffree.
@@ -58,6 +66,11 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 		return nil, fmt.Errorf("roce: worker %d: %w", id, err)
 	}
 	w.eng = eng
+	if c, ok := l.(interface{ ConcurrentTransmit() bool }); ok && c.ConcurrentTransmit() && !d.cfg.BusyPoll {
+		w.direct = true
+	}
+	w.deadline.Store(int64(qp.Never))
+	w.sleepUntil.Store(int64(qp.Never))
 	w.bufs = make([][]byte, d.cfg.Batch)
 	w.local = make([][]byte, 0, d.cfg.Batch)
 	if nlinks > 1 {
@@ -73,6 +86,22 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	return w, nil
 }
 
+// postedLocked is called, with mu held, after a user call queued work. If
+// the worker is asleep and the link allows it, the caller runs the engine
+// and transmits what is ready itself, saving the worker's wakeup on the
+// way of the frames; it reports whether the worker must still be kicked
+// (the engine's next deadline comes before the worker would wake).
+func (w *worker) postedLocked() bool {
+	if !w.direct || w.stop || !w.sleeping.Load() {
+		return true
+	}
+	dl := w.eng.Poll(w.d.now())
+	w.deadline.Store(int64(dl))
+	w.out.flush()
+	w.afterBatch()
+	return dl < time.Duration(w.sleepUntil.Load())
+}
+
 // kick tells the worker that a user call queued work: it wakes the worker
 // if it sleeps in Receive.
 func (w *worker) kick() {
@@ -82,21 +111,38 @@ func (w *worker) kick() {
 	}
 }
 
+// idleTick is the longest a worker sleeps when user calls may run its
+// engine (worker.direct): timers armed by those calls further away than
+// this do not cost a wakeup, and an idle worker wakes 1/idleTick times a
+// second.
+const idleTick = 10 * time.Millisecond
+
 // run is the worker goroutine.
 func (w *worker) run() {
 	defer close(w.done)
-	deadline := qp.Never
 	for {
 		timeout := time.Duration(0)
 		if !w.d.cfg.BusyPoll {
 			w.sleeping.Store(true)
+			now := w.d.now()
+			until := time.Duration(w.deadline.Load())
+			if w.direct {
+				// Wake at least every idleTick, so that a user
+				// call that arms a later timer need not wake us.
+				until = min(until, now+idleTick)
+			}
+			w.sleepUntil.Store(int64(until))
 			switch {
 			case w.pending.Swap(false):
 				timeout = 0
-			case deadline == qp.Never:
+			case time.Duration(w.deadline.Load()) < until:
+				// A user call ran the engine meanwhile and
+				// may not have seen sleepUntil: look again.
+				timeout = 0
+			case until == qp.Never:
 				timeout = -1
 			default:
-				timeout = max(deadline-w.d.now(), 0)
+				timeout = max(until-now, 0)
 			}
 		} else {
 			w.pending.Store(false)
@@ -129,7 +175,7 @@ func (w *worker) run() {
 			w.link.Release(w.bufs[:n])
 		}
 		w.inputForwarded(now)
-		deadline = w.eng.Poll(now)
+		w.deadline.Store(int64(w.eng.Poll(now)))
 		w.out.flush()
 		w.afterBatch()
 		w.mu.Unlock()

@@ -92,12 +92,17 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		}
 		ts := unix.NsecToTimespec(int64(wait))
 		s.pfd[0].Revents, s.pfd[1].Revents = 0, 0
+		// Sleep without the mutex, so that Alloc, Transmit and Release
+		// can run meanwhile (Close too: it wakes us first, and we look
+		// at closed before touching anything it tears down).
+		s.mu.Unlock()
 		r, e := ppoll(s.pfd[:], &ts)
-		if e != 0 && e != unix.EINTR {
-			return 0, fmt.Errorf("poll AF_XDP socket: %w", e)
-		}
+		s.mu.Lock()
 		if s.closed.Load() {
 			return 0, link.ErrClosed
+		}
+		if e != 0 && e != unix.EINTR {
+			return 0, fmt.Errorf("poll AF_XDP socket: %w", e)
 		}
 		if r > 0 && s.pfd[1].Revents != 0 {
 			unix.Read(s.efd, s.efdBuf[:]) // reset the eventfd

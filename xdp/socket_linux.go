@@ -18,9 +18,11 @@ import (
 // Socket is one AF_XDP socket bound to one NIC queue. It implements link.Link.
 //
 // Concurrency: Alloc, Transmit, Receive and Release belong to one owner
-// goroutine at a time (they also take an internal mutex, uncontended in that
-// use, so that Close can wait for them). Wakeup, Info, Stats and Close may be
-// called from any goroutine.
+// goroutine at a time (they also take an internal mutex, so that Close can
+// wait for them). One exception: while the owner sleeps in Receive (which
+// does not hold the mutex then), another goroutine may call Alloc,
+// Transmit and Release; see ConcurrentTransmit. Wakeup, Info, Stats and
+// Close may be called from any goroutine.
 type Socket struct {
 	// Set at open, read-only afterwards.
 	fd         int
@@ -326,6 +328,11 @@ func (s *Socket) locate(b []byte) (bufKind, uint32) {
 	}
 	return bufForeign, 0
 }
+
+// ConcurrentTransmit reports true: Alloc, Transmit and Release may be
+// called by one goroutine while the owner waits in Receive, so that a
+// caller can send at once instead of waking the owner to do it.
+func (s *Socket) ConcurrentTransmit() bool { return true }
 
 // Wakeup implements link.Link.
 func (s *Socket) Wakeup() {

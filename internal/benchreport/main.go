@@ -46,6 +46,7 @@ type options struct {
 	skipTCP bool
 	only    string
 	spin    time.Duration
+	xspin   time.Duration
 }
 
 func run(args []string) error {
@@ -59,12 +60,13 @@ func run(args []string) error {
 	skipTCP := fs.Bool("no-tcp", false, "skip iperf3 and sockperf")
 	only := fs.String("only", "", "run only tests whose name contains this (write, send, lat)")
 	spin := fs.Duration("spin", 0, "xroce latency test: poll the CQ this long before sleeping on it")
+	xspin := fs.Duration("xdp-spin", -1, "xroce: how long the workers' Receive spins on the RX ring before sleeping (roce's default when < 0)")
 	role := fs.String("role", "", "internal: server or client of the xroce side")
 	ctl := fs.String("ctl", "", "internal: control address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin}
+	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, xspin: *xspin}
 	if o.dur <= 0 || o.dur > 30*time.Second {
 		return fmt.Errorf("-time %v out of range (0, 30s]", o.dur)
 	}

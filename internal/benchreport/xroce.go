@@ -71,7 +71,11 @@ type endpoint struct {
 const recvDepth = 256
 
 func open(ifname string, o options) (*endpoint, error) {
-	d, err := roce.Open(ifname, roce.Config{Queues: 1, BusyPoll: o.busy})
+	cfg := roce.Config{Queues: 1, BusyPoll: o.busy}
+	if o.xspin >= 0 {
+		cfg.XDP.Spin = o.xspin
+	}
+	d, err := roce.Open(ifname, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +187,7 @@ func serve(ctl string, o options) error {
 	var echo atomic.Bool
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
-	go func() { errc <- e.serveLoop(&echo, stop) }()
+	go func() { errc <- e.serveLoop(o, &echo, stop) }()
 	r := bufio.NewReader(conn)
 	var cpu0 float64
 	for {
@@ -212,12 +216,12 @@ func serve(ctl string, o options) error {
 	}
 }
 
-func (e *endpoint) serveLoop(echo *atomic.Bool, stop <-chan struct{}) error {
+func (e *endpoint) serveLoop(o options, echo *atomic.Bool, stop <-chan struct{}) error {
 	var wcs [64]roce.WC
 	var swcs [64]roce.WC
 	sent := 0
 	for {
-		n, err := wait(e.rcq, 0, wcs[:], stop)
+		n, err := wait(e.rcq, o.spin, wcs[:], stop)
 		if err != nil {
 			select {
 			case <-stop:
