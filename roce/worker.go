@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,6 +182,13 @@ func (w *worker) run() {
 		w.mu.Unlock()
 		if errors.Is(err, link.ErrClosed) {
 			return
+		}
+		if n > 0 && !w.d.cfg.BusyPoll {
+			// Completions of this batch may have readied a user
+			// goroutine on our P; let it run now rather than after
+			// we block in Receive's poll, where it would wait for the
+			// runtime to take the P back (tens of µs or more).
+			runtime.Gosched()
 		}
 	}
 }
