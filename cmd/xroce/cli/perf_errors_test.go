@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +108,7 @@ func TestBinaryInNamespaces(t *testing.T) {
 		{"pingpong", "-c", "-n", "500", "-s", "2048"},
 		{"perf", "write_bw", "-n", "1000", "-s", "65536"},
 	}
-	if os.Getenv("XROCE_FIGURES") == "1" { // the figures of the report
+	if f := os.Getenv("XROCE_FIGURES"); f != "" { // the figures of the report (1: all; else those matching)
 		cases = append(cases,
 			[]string{"pingpong"},
 			[]string{"pingpong", "-s", "64", "-n", "10000"},
@@ -122,6 +123,9 @@ func TestBinaryInNamespaces(t *testing.T) {
 			[]string{"perf", "read_lat", "-n", "10000"},
 			[]string{"perf", "send_lat", "-n", "10000"},
 		)
+		if f != "1" {
+			cases = slices.DeleteFunc(cases, func(c []string) bool { return !strings.Contains(strings.Join(c, " "), f) })
+		}
 	}
 	for i, tc := range cases {
 		port := fmt.Sprint(18540 + i)
