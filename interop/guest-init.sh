@@ -253,13 +253,23 @@ host_wait() {
 	echo 124
 }
 
-# client_retry LOG TIMEOUT CMD...: runs a tool's client until it connects (the
-# host's server may not listen yet); prints its exit status.
-client_retry() {
-	local log=$1 to=$2 rc
-	shift 2
+# client_vs_host NAME LOG TIMEOUT CMD...: runs a tool's client against the
+# host program NAME (started with host_start); prints the client's exit status.
+# The client is run again while its connection is refused (the host's server
+# may not listen yet), and stopped 10 s after the host program has ended.
+client_vs_host() {
+	local name=$1 log=$2 to=$3 rc cpid ended
+	shift 3
 	for _ in $(seq 30); do
-		timeout -s KILL "$to" stdbuf -oL "$@" >"$log" 2>&1
+		timeout -s KILL "$to" stdbuf -oL "$@" >"$log" 2>&1 &
+		cpid=$!
+		ended=0
+		while kill -0 "$cpid" 2>/dev/null; do
+			[ -s "/out/host/$name.rc" ] && ended=$((ended + 1))
+			[ $ended -gt 50 ] && { stop "$cpid"; break; }
+			sleep 0.2
+		done
+		wait "$cpid"
 		rc=$?
 		grep -qE "Couldn't connect|Unable to init the socket connection|Unable to open file descriptor" "$log" || break
 		sleep 0.3
@@ -404,7 +414,7 @@ vs_host_server() {
 	shift
 	t0=$(now)
 	if host_start "$name.host-server" "$to" xroce "$@"; then
-		crc=$(client_retry "/out/logs/$name.guest-client.txt" "$to" "${cli[@]}")
+		crc=$(client_vs_host "$name.host-server" "/out/logs/$name.guest-client.txt" "$to" "${cli[@]}")
 		hrc=$(host_wait "$name.host-server" "$to")
 	else
 		crc="not run" hrc="not started"
