@@ -36,9 +36,8 @@ type worker struct {
 
 	sleeping atomic.Bool // in a Receive that may wait
 	pending  atomic.Bool // a user call queued work since the last batch
-	// With a link that allows it (ConcurrentTransmit), a user call that
-	// finds the worker asleep runs the engine and transmits itself, and
-	// wakes the worker only when the engine's next deadline (deadline)
+	// With a link that allows it (ConcurrentTransmit), a user call runs
+	// the engine and transmits itself, and wakes the worker only when the engine's next deadline (deadline)
 	// comes before the time the worker sleeps until (sleepUntil). Both
 	// are engine times; qp.Never for none.
 	direct     bool
@@ -88,12 +87,12 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 }
 
 // postedLocked is called, with mu held, after a user call queued work. If
-// the worker is asleep and the link allows it, the caller runs the engine
-// and transmits what is ready itself, saving the worker's wakeup on the
-// way of the frames; it reports whether the worker must still be kicked
-// (the engine's next deadline comes before the worker would wake).
+// the link allows it, the caller runs the engine and transmits what is
+// ready itself, saving the worker's wakeup (or its next turn) on the way
+// of the frames; it reports whether the worker must still be kicked (the
+// engine's next deadline comes before the worker would wake).
 func (w *worker) postedLocked() bool {
-	if !w.direct || w.stop || !w.sleeping.Load() {
+	if !w.direct || w.stop {
 		return true
 	}
 	dl := w.eng.Poll(w.d.now())
