@@ -31,6 +31,7 @@ func TestPingpongPerfBadFlags(t *testing.T) {
 		{[]string{"pingpong", "-n", "0"}, "-n 0"},
 		{[]string{"pingpong", "a", "b"}, "at most one HOST"},
 		{[]string{"pingpong", "-bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"pingpong", "--ts"}, "-t (timestamps) and -j (device memory) are not supported"},
 		{[]string{"perf"}, "name a test: write_bw, read_bw"},
 		{[]string{"perf", "write_rate"}, `unknown test "write_rate"`},
 		{[]string{"perf", "write_bw", "-R"}, "-R (rdma_cm) is not supported yet"},

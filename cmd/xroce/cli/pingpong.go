@@ -82,7 +82,7 @@ type pingpongOptions struct {
 
 func runPingpong(ctx context.Context, e *env, args []string) error {
 	o := pingpongOptions{port: 18515, ibPort: 1, gid: -1, size: -1, mtu: 1024, rxDepth: 500, iters: 1000}
-	var odp, iodp, prefetch bool
+	var odp, iodp, prefetch, newSend, ts, dm bool
 	fs := newFlagSet(e, "pingpong", "[flags] [HOST]", pingpongAbout, pingpongExamples)
 	alias := func(short, long string) {
 		f := fs.Lookup(short)
@@ -102,11 +102,14 @@ func runPingpong(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&odp, "o", false, "on-demand paging (accepted, ignored)")
 	fs.BoolVar(&iodp, "O", false, "implicit on-demand paging (accepted, ignored)")
 	fs.BoolVar(&prefetch, "P", false, "prefetch an ODP MR (accepted, ignored)")
+	fs.BoolVar(&newSend, "N", false, "use the new post send API (accepted, ignored: xroce has one)")
+	fs.BoolVar(&ts, "t", false, "completion timestamps (not supported)")
+	fs.BoolVar(&dm, "j", false, "device memory (not supported)")
 	fs.BoolVar(&o.ud, "ud", false, "unreliable datagram, as ibv_ud_pingpong")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long` (connection setup, each completion)")
 	for _, a := range [][2]string{{"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"g", "gid-idx"}, {"s", "size"},
 		{"m", "mtu"}, {"r", "rx-depth"}, {"n", "iters"}, {"l", "sl"}, {"e", "events"}, {"c", "chk"},
-		{"o", "odp"}, {"O", "iodp"}, {"P", "prefetch"}} {
+		{"o", "odp"}, {"O", "iodp"}, {"P", "prefetch"}, {"N", "new_send"}, {"t", "ts"}, {"j", "dm"}} {
 		alias(a[0], a[1])
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -115,6 +118,9 @@ func runPingpong(ctx context.Context, e *env, args []string) error {
 	}
 	if err := o.check1(pos); err != nil {
 		return err
+	}
+	if ts || dm {
+		return usagef("pingpong: -t (timestamps) and -j (device memory) are not supported by xroce: leave them out")
 	}
 	if odp || iodp || prefetch {
 		fmt.Fprintln(e.stderr, "pingpong: -o/-O/-P (on-demand paging) ignored: xroce memory regions are always present")
@@ -426,7 +432,8 @@ func ppDial(ctx context.Context, host string, port int, cmd string) (net.Conn, e
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
-			if ctx.Err() != nil {
+			var ne net.Error
+			if ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout() {
 				return nil, fmt.Errorf("%s: couldn't connect to %s: no answer within the timeout (is the address right?)", cmd, addr)
 			}
 			if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
@@ -446,7 +453,8 @@ func ppDial(ctx context.Context, host string, port int, cmd string) (net.Conn, e
 	defer stop()
 	c, err := ln.Accept()
 	if err != nil {
-		if ctx.Err() != nil {
+		var ne net.Error
+		if ctx.Err() != nil || errors.Is(err, net.ErrClosed) || errors.As(err, &ne) && ne.Timeout() {
 			return nil, fmt.Errorf("%s: no client connected to port %d within the timeout", cmd, port)
 		}
 		return nil, fmt.Errorf("%s: accept() failed: %w", cmd, err)
