@@ -81,6 +81,19 @@ func measure(exe string, mtu int, o options) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.latSpin > 0 && (o.only == "" || strings.Contains("lat", o.only)) {
+		ol := o
+		ol.only, ol.xspin = "lat", o.latSpin
+		ls, err := runXroce(exe, p, ol)
+		if err != nil {
+			return nil, err
+		}
+		for i := range ls {
+			ls[i].Test = "lat-spin"
+			ls[i].Spin = o.latSpin.String()
+		}
+		xs = append(xs, ls...)
+	}
 	var rows []row
 	for _, x := range xs {
 		r := row{xroce: x}
@@ -94,6 +107,11 @@ func measure(exe string, mtu int, o options) ([]row, error) {
 			r.what = "RC SEND 8 B latency (TCP: 14 B)"
 			if !o.skipTCP {
 				r.tcp, r.tcpErr = sockperf(p, o.dur)
+			}
+		case "lat-spin":
+			r.what = fmt.Sprintf("same, xroce workers spin %s before sleeping", x.Spin)
+			if len(rows) > 0 {
+				r.tcp, r.tcpErr = rows[len(rows)-1].tcp, rows[len(rows)-1].tcpErr
 			}
 		}
 		rows = append(rows, r)
@@ -308,7 +326,7 @@ func table(w io.Writer, mtu int, rows []row) {
 	for _, r := range rows {
 		x, t := r.xroce, r.tcp
 		var xs, ts, xc, tcpu string
-		if x.Test == "lat" {
+		if strings.HasPrefix(x.Test, "lat") {
 			xs = fmt.Sprintf("p50 %.1f µs, p99 %.1f µs", x.P50, x.P99)
 			ts = fmt.Sprintf("p50 %.1f µs, p99 %.1f µs", t.P50, t.P99)
 			xc, tcpu = "–", "–"

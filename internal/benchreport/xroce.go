@@ -45,6 +45,7 @@ type result struct {
 	Iters   int     `json:"iters,omitempty"`
 	Retrans uint64  `json:"retransmits"`
 	RNR     uint64  `json:"rnr_naks"`
+	Spin    string  `json:"spin,omitempty"` // the workers' XDP spin, if any
 }
 
 // cpuSeconds is this process's user plus system time.
