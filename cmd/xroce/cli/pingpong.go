@@ -20,9 +20,10 @@ import (
 
 const pingpongAbout = `
 Exchange messages with a peer the way rdma-core's ibv_rc_pingpong (RC, the
-default) and ibv_ud_pingpong (--ud) do, and interoperate with them: the same
-TCP exchange of QP number, PSN and GID on port 18515, the same SEND ping-pong
-and the same output, so a script can use either tool on either side.
+default), ibv_uc_pingpong (--uc) and ibv_ud_pingpong (--ud) do, and
+interoperate with them: the same TCP exchange of QP number, PSN and GID on
+port 18515, the same SEND ping-pong and the same output, so a script can use
+either tool on either side.
 
 Without HOST it is the server: it waits for one client, then answers each
 message. With HOST it is the client: it connects to the server at HOST and
@@ -76,6 +77,7 @@ type pingpongOptions struct {
 	events  bool
 	check   bool
 	ud      bool
+	uc      bool
 	timeout time.Duration
 	host    string
 }
@@ -106,6 +108,7 @@ func runPingpong(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&ts, "t", false, "completion timestamps (not supported)")
 	fs.BoolVar(&dm, "j", false, "device memory (not supported)")
 	fs.BoolVar(&o.ud, "ud", false, "unreliable datagram, as ibv_ud_pingpong")
+	fs.BoolVar(&o.uc, "uc", false, "unreliable connection, as ibv_uc_pingpong")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long` (connection setup, each completion)")
 	for _, a := range [][2]string{{"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"g", "gid-idx"}, {"s", "size"},
 		{"m", "mtu"}, {"r", "rx-depth"}, {"n", "iters"}, {"l", "sl"}, {"e", "events"}, {"c", "chk"},
@@ -137,6 +140,9 @@ func (o *pingpongOptions) check1(pos []string) error {
 		o.host = pos[0]
 	default:
 		return usagef("pingpong: at most one HOST, got %d arguments; see 'xroce pingpong -h'", len(pos))
+	}
+	if o.ud && o.uc {
+		return usagef("pingpong: --ud or --uc, not both")
 	}
 	if o.size < 0 {
 		o.size = 4096
@@ -300,8 +306,11 @@ func (s *ppSide) setup() error {
 	}
 	typ := roce.RC
 	n := o.size
-	if o.ud {
+	switch {
+	case o.ud:
 		typ, n = roce.UD, o.size+ppGRH
+	case o.uc:
+		typ = roce.UC
 	}
 	s.qp, err = s.pd.CreateQP(roce.QPConfig{Type: typ, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 1, MaxRecvWR: o.rxDepth, MaxSGE: 1})
 	if err != nil {

@@ -152,6 +152,7 @@ func TestPingpong(t *testing.T) {
 		{"ud", []string{"--ud", "-c"}, 2048, 1000},
 		{"ud-small", []string{"--ud", "-c", "-s", "64", "-n", "300", "-e"}, 64, 300},
 		{"ud-mtu", []string{"--ud", "-c", "-s", "1024", "-n", "300"}, 1024, 300},
+		{"uc", []string{"--uc", "-c", "-s", "3000", "-n", "300"}, 3000, 300},
 		{"rc-mtu2048", []string{"-c", "-m", "2048", "-s", "10000", "-n", "300"}, 10000, 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
