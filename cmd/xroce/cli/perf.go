@@ -226,8 +226,9 @@ func (o *perfOptions) check() error {
 	}
 	if o.duration == 0 && !t.lat {
 		o.txDepth = min(o.txDepth, o.iters)
-		o.cqMod = min(o.cqMod, o.txDepth)
 	}
+	// A signaled request must fit in the send queue's window.
+	o.cqMod = min(o.cqMod, o.txDepth)
 	return nil
 }
 
