@@ -1,6 +1,7 @@
 #!/bin/bash
 # PID 1 of the interop VM (see interop/README.md). It runs the modes named in
-# XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap, xroce), writes
+# XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap, xroce,
+# xloss), writes
 # logs, captures and results.tsv to the 9p share mounted at /out, then powers
 # the VM off. Every test is one row of /out/results.tsv:
 #   NAME <tab> PASS|FAIL|SKIP <tab> SECONDS <tab> DETAIL
@@ -431,55 +432,84 @@ vs_host_server() {
 # `xroce perf` against perftest's ib_*_bw and ib_*_lat, both roles, captured on
 # the guest's eth0. Skipped while xroce has no pingpong.
 # XROCE_TIMEOUT (kernel parameter) bounds each tool run, default 120 s.
-mode_xroce() {
-	local t0 s
+# xroce_suite PREFIX LOSSY: the runs of mode_xroce, rows named PREFIX.*.
+xroce_suite() {
+	local p=$1 lossy=$2 t0 s
 	tap_link
 	t0=$(now)
 	if ! /out/xroce help 2>&1 | grep -qw pingpong; then
-		result xroce.pingpong SKIP "$t0" "this xroce has no pingpong subcommand yet"
-		touch /out/pcap/xroce.skipped
-		return
+		result "$p.pingpong" SKIP "$t0" "this xroce has no pingpong subcommand yet"
+		touch "/out/pcap/$p.skipped"
+		return 1
 	fi
-	tcpdump -i eth0 -s 0 -B 65536 -w /tmp/xroce.pcap udp port 4791 2>/out/logs/xroce.tcpdump.txt &
+	tcpdump -i eth0 -s 0 -B 65536 -w "/tmp/$p.pcap" udp port 4791 2>"/out/logs/$p.tcpdump.txt" &
 	TCPDUMP=$!
-	for _ in $(seq 50); do grep -q 'listening on' /out/logs/xroce.tcpdump.txt && break; sleep 0.1; done
+	for _ in $(seq 50); do grep -q 'listening on' "/out/logs/$p.tcpdump.txt" && break; sleep 0.1; done
 	local to=${XROCE_TIMEOUT:-120}
 	for s in 13 1024 4097 65536; do
-		vs_host_client "xroce.rc.s$s.xroce_client" "$to" ibv_rc_pingpong -d rxetap -g 1 -m 1024 -s "$s" -n 50 -c -- \
+		vs_host_client "$p.rc.s$s.xroce_client" "$to" ibv_rc_pingpong -d rxetap -g 1 -m 1024 -s "$s" -n 50 -c -- \
 			pingpong -d tap0 -s "$s" -n 50 -c 198.18.1.2
-		vs_host_server "xroce.rc.s$s.xroce_server" "$to" ibv_rc_pingpong -d rxetap -g 1 -m 1024 -s "$s" -n 50 -c 198.18.1.1 -- \
+		vs_host_server "$p.rc.s$s.xroce_server" "$to" ibv_rc_pingpong -d rxetap -g 1 -m 1024 -s "$s" -n 50 -c 198.18.1.1 -- \
 			pingpong -d tap0 -s "$s" -n 50 -c
 	done
-	vs_host_client xroce.ud.xroce_client "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c -- \
-		pingpong --ud -d tap0 -s 1000 -n 50 -c 198.18.1.2
-	vs_host_server xroce.ud.xroce_server "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c 198.18.1.1 -- \
-		pingpong --ud -d tap0 -s 1000 -n 50 -c
+	if [ "$lossy" = 1 ]; then
+		result "$p.ud" SKIP "$(now)" "UD is unreliable: ud_pingpong waits forever for a lost packet"
+	else
+		vs_host_client "$p.ud.xroce_client" "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c -- \
+			pingpong --ud -d tap0 -s 1000 -n 50 -c 198.18.1.2
+		vs_host_server "$p.ud.xroce_server" "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c 198.18.1.1 -- \
+			pingpong --ud -d tap0 -s 1000 -n 50 -c
+	fi
 	# perftest against `xroce perf`, both roles.
 	local t n
 	for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat; do
 		n=100
 		[ "${t#*_}" = lat ] && n=200
 		if /out/xroce help perf 2>&1 | grep -qw "$t"; then
-			vs_host_client "xroce.perf.$t.xroce_client" "$to" "ib_$t" -d rxetap -x 1 -F -n $n -- \
+			vs_host_client "$p.perf.$t.xroce_client" "$to" "ib_$t" -d rxetap -x 1 -F -n $n -- \
 				perf "$t" -d tap0 -F -n $n 198.18.1.2
-			vs_host_server "xroce.perf.$t.xroce_server" "$to" "ib_$t" -d rxetap -x 1 -F -n $n 198.18.1.1 -- \
+			vs_host_server "$p.perf.$t.xroce_server" "$to" "ib_$t" -d rxetap -x 1 -F -n $n 198.18.1.1 -- \
 				perf "$t" -d tap0 -F -n $n
 		else
-			result "xroce.perf.$t" SKIP "$(now)" "this xroce has no perf $t"
+			result "$p.perf.$t" SKIP "$(now)" "this xroce has no perf $t"
 		fi
 	done
 	t0=$(now)
 	sleep 0.5
 	kill -INT "$TCPDUMP"
 	wait "$TCPDUMP"
-	cp /tmp/xroce.pcap /out/pcap/xroce.pcap
-	result xroce.tcpdump PASS "$t0" "$(grep -E 'captured|dropped' /out/logs/xroce.tcpdump.txt | paste -sd' ')"
+	cp "/tmp/$p.pcap" "/out/pcap/$p.pcap"
+	rm -f "/tmp/$p.pcap"
+	result "$p.tcpdump" PASS "$t0" "$(grep -E 'captured|dropped' "/out/logs/$p.tcpdump.txt" | paste -sd' ')"
+}
+
+mode_xroce() {
+	xroce_suite xroce 0
+}
+
+# mode_xloss: mode_xroce's runs with netem dropping 1% of the guest's eth0
+# egress (rxe's frames to xroce; the host kernel has no netem), UD skipped.
+mode_xloss() {
+	local drops
+	tap_link
+	tc qdisc replace dev eth0 root netem loss 1%
+	result xloss.setup PASS "$(now)" "netem loss 1% on the guest's eth0 egress (rxe to xroce)"
+	xroce_suite xloss 1
+	tc -s qdisc show dev eth0 >/out/logs/xloss.netem.txt
+	tc qdisc del dev eth0 root
+	[ -e /out/pcap/xloss.skipped ] && return
+	drops=$(awk '/dropped/ { gsub(/[(),]/, ""); for (i = 1; i <= NF; i++) if ($i == "dropped") d += $(i+1) } END { print d + 0 }' /out/logs/xloss.netem.txt)
+	if [ "$drops" -gt 0 ]; then
+		result xloss.netem_drops PASS "$(now)" "$drops packets dropped by netem"
+	else
+		result xloss.netem_drops FAIL "$(now)" "netem dropped nothing"
+	fi
 }
 
 for m in ${XROCE_MODE//,/ }; do
 	t0=$(now)
 	case $m in
-	selftest | loss | tap | xroce) "mode_$m" ;;
+	selftest | loss | tap | xroce | xloss) "mode_$m" ;;
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
 	esac
 	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds

@@ -6,19 +6,19 @@ import (
 	"testing"
 )
 
-// TestInterop runs interop/run (mode XROCE_INTEROP_MODE, default all) when
+// TestInterop runs interop/run (modes XROCE_INTEROP_MODE, default "default") when
 // XROCE_INTEROP=1. A cold run builds the guest image first: give it
 // -timeout 30m.
 func TestInterop(t *testing.T) {
 	if os.Getenv("XROCE_INTEROP") != "1" {
-		t.Skip("set XROCE_INTEROP=1 to boot the rxe VM (root; about 1.5 min cached, 3.5 min cold)")
+		t.Skip("set XROCE_INTEROP=1 to boot the rxe VM (root; about 5 min cached, 7 min cold)")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("interop/run needs root: network namespaces, a tap, debootstrap")
 	}
 	mode := os.Getenv("XROCE_INTEROP_MODE")
 	if mode == "" {
-		mode = "all"
+		mode = "default"
 	}
 	cmd := exec.Command("./run", mode)
 	cmd.Stdout = t.Output()
