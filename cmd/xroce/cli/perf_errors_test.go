@@ -130,7 +130,11 @@ func TestBinaryInNamespaces(t *testing.T) {
 	}
 	for i, tc := range cases {
 		port := fmt.Sprint(18540 + i)
-		srv := p.B.Command(bin, append(append([]string(nil), tc...), "-d", p.B.Ifname, "-p", port, "-timeout", "10s")...)
+		extra := []string{"-d", p.B.Ifname, "-p", port, "-timeout", "10s"}
+		if tc[0] == "perf" {
+			extra = append(extra, "-stat-dir", "")
+		}
+		srv := p.B.Command(bin, append(append([]string(nil), tc...), extra...)...)
 		var sout, serr bytes.Buffer
 		srv.Stdout, srv.Stderr = &sout, &serr
 		if err := srv.Start(); err != nil {
@@ -139,7 +143,8 @@ func TestBinaryInNamespaces(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- srv.Wait() }()
 		waitListen(t, p.B, 18540+i, nil)
-		cli := p.A.Command(bin, append(append([]string(nil), tc...), "-d", p.A.Ifname, "-p", port, "-timeout", "10s", p.B.IP.String())...)
+		extra[1] = p.A.Ifname
+		cli := p.A.Command(bin, append(append(append([]string(nil), tc...), extra...), p.B.IP.String())...)
 		out, err := cli.CombinedOutput()
 		if err != nil {
 			srv.Process.Kill()

@@ -82,7 +82,7 @@ func TestPerf(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s%q", tc.test, tc.flags), func(t *testing.T) {
 			port := 18600 + i
-			flags := append([]string{tc.test, "-p", fmt.Sprint(port), "-timeout", "10s"}, tc.flags...)
+			flags := append([]string{tc.test, "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", ""}, tc.flags...)
 			srv := append([]string{"perf", "-d", p.B.Ifname}, flags...)
 			cli := append([]string{"perf", "-d", p.A.Ifname}, flags...)
 			rs, rc := clientServer(t, p, port, srv, cli)
@@ -145,7 +145,7 @@ func TestPerfLatencyDuration(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	for i, test := range []string{"send_lat", "write_lat"} {
 		port := 18651 + i
-		flags := []string{test, "-D", "2", "-p", fmt.Sprint(port), "-timeout", "10s"}
+		flags := []string{test, "-D", "2", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", ""}
 		rs, rc := clientServer(t, p, port,
 			append([]string{"perf", "-d", p.B.Ifname}, flags...), append([]string{"perf", "-d", p.A.Ifname}, flags...))
 		line := regexp.MustCompile(`(?m)^ 2\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d$`)
