@@ -17,7 +17,10 @@ import (
 // the number of workers). Its goroutine receives a batch, feeds the
 // engine, sends what the engine has ready and sleeps in Receive until the
 // engine's next deadline or a Wakeup. Other goroutines (the users' calls)
-// take mu to reach the engine between batches and then kick the worker.
+// take mu to reach the engine between batches; over a link that allows it
+// (AF_XDP) they then run the engine and transmit themselves, and kick the
+// worker only when they armed a deadline earlier than its wakeup; over
+// other links they kick it to do the sending.
 type worker struct {
 	d    *Device
 	id   int
