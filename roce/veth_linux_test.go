@@ -161,6 +161,31 @@ func TestVethLossOwnProgram(t *testing.T) {
 	}
 }
 
+// A post on an idle device sends at once from the caller's goroutine and
+// arms the ACK timer; the sleeping worker must still wake for it: with
+// every frame lost the request fails with RETRY_EXC_ERR in its budget.
+func TestVethDirectPostTimer(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{}, false)
+	a, b := newSide(t, da, RC, 4096, nil, nil), newSide(t, db, RC, 4096, nil, nil)
+	connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 2}) // 16.8 ms × 3
+	time.Sleep(50 * time.Millisecond)                          // the workers go to sleep
+	if err := db.XDPProgram().SetLoss(1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, a.cq, WCRDMAWrite, WCRetryExcErr)
+	if el := time.Since(start); el > 2*time.Second || el < 3*16*time.Millisecond {
+		t.Fatalf("RETRY_EXC_ERR after %v, want about 50 ms", el)
+	}
+	if s := a.qp.Stats(); s.Timeouts != 3 || s.TxFrames != 3 {
+		t.Errorf("QP counters %+v: want 3 timeouts and 3 frames", s.PacketStats)
+	}
+}
+
 func TestVethBig(t *testing.T) {
 	size, total := 4<<20, 64<<20
 	switch {
