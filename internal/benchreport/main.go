@@ -48,6 +48,7 @@ type options struct {
 	spin    time.Duration
 	xspin   time.Duration
 	latSpin time.Duration
+	attach  string
 }
 
 func run(args []string) error {
@@ -63,12 +64,13 @@ func run(args []string) error {
 	spin := fs.Duration("spin", 0, "xroce latency test: poll the CQ this long before sleeping on it")
 	xspin := fs.Duration("xdp-spin", -1, "xroce: how long the workers' Receive spins on the RX ring before sleeping (roce's default when < 0)")
 	latSpin := fs.Duration("lat-xdp-spin", 20*time.Microsecond, "xroce: also measure latency with the workers spinning this long (0: don't)")
+	attach := fs.String("attach", "", "xroce: XDP attach mode, driver or generic (default: driver where the driver has it)")
 	role := fs.String("role", "", "internal: server or client of the xroce side")
 	ctl := fs.String("ctl", "", "internal: control address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, xspin: *xspin, latSpin: *latSpin}
+	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, xspin: *xspin, latSpin: *latSpin, attach: *attach}
 	if o.dur <= 0 || o.dur > 30*time.Second {
 		return fmt.Errorf("-time %v out of range (0, 30s]", o.dur)
 	}

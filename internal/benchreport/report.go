@@ -150,7 +150,7 @@ func cpuOf(cmd *exec.Cmd) float64 {
 func runXroce(exe string, p *netns.Pair, o options) ([]result, error) {
 	ctl := p.B.IP.String() + ":18601"
 	args := []string{"-ctl", ctl, "-time", o.dur.String(), "-depth", strconv.Itoa(o.depth),
-		"-sizes", ints2s(o.sizes), "-lat-iters", strconv.Itoa(o.latIter), "-spin", o.spin.String(), "-xdp-spin", o.xspin.String()}
+		"-sizes", ints2s(o.sizes), "-lat-iters", strconv.Itoa(o.latIter), "-spin", o.spin.String(), "-xdp-spin", o.xspin.String(), "-attach", o.attach}
 	if o.busy {
 		args = append(args, "-busy")
 	}

@@ -76,6 +76,7 @@ func open(ifname string, o options) (*endpoint, error) {
 	if o.xspin >= 0 {
 		cfg.XDP.Spin = o.xspin
 	}
+	cfg.XDP.Attach = o.attach
 	d, err := roce.Open(ifname, cfg)
 	if err != nil {
 		return nil, err
