@@ -20,10 +20,11 @@ import (
 
 const pingpongAbout = `
 Exchange messages with a peer the way rdma-core's ibv_rc_pingpong (RC, the
-default), ibv_uc_pingpong (--uc) and ibv_ud_pingpong (--ud) do, and
-interoperate with them: the same TCP exchange of QP number, PSN and GID on
-port 18515, the same SEND ping-pong and the same output, so a script can use
-either tool on either side.
+default), ibv_uc_pingpong (--uc), ibv_ud_pingpong (--ud) and
+ibv_srq_pingpong (--srq, with -q QPs) do, and interoperate with them: the
+same TCP exchange of QP number, PSN and GID on port 18515, the same SEND
+ping-pong and the same output, so a script can use either tool on either
+side.
 
 Without HOST it is the server: it waits for one client, then answers each
 message. With HOST it is the client: it connects to the server at HOST and
@@ -78,12 +79,14 @@ type pingpongOptions struct {
 	check   bool
 	ud      bool
 	uc      bool
+	srq     bool
+	numQP   int
 	timeout time.Duration
 	host    string
 }
 
 func runPingpong(ctx context.Context, e *env, args []string) error {
-	o := pingpongOptions{port: 18515, ibPort: 1, gid: -1, size: -1, mtu: 1024, rxDepth: 500, iters: 1000}
+	o := pingpongOptions{port: 18515, ibPort: 1, gid: -1, size: -1, mtu: 1024, rxDepth: 500, iters: 1000, numQP: 16}
 	var odp, iodp, prefetch, newSend, ts, dm bool
 	fs := newFlagSet(e, "pingpong", "[flags] [HOST]", pingpongAbout, pingpongExamples)
 	alias := func(short, long string) {
@@ -109,10 +112,12 @@ func runPingpong(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&dm, "j", false, "device memory (not supported)")
 	fs.BoolVar(&o.ud, "ud", false, "unreliable datagram, as ibv_ud_pingpong")
 	fs.BoolVar(&o.uc, "uc", false, "unreliable connection, as ibv_uc_pingpong")
+	fs.BoolVar(&o.srq, "srq", false, "several RC QPs on a shared receive queue, as ibv_srq_pingpong")
+	fs.IntVar(&o.numQP, "q", o.numQP, "with --srq: `number` of QPs")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long` (connection setup, each completion)")
 	for _, a := range [][2]string{{"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"g", "gid-idx"}, {"s", "size"},
 		{"m", "mtu"}, {"r", "rx-depth"}, {"n", "iters"}, {"l", "sl"}, {"e", "events"}, {"c", "chk"},
-		{"o", "odp"}, {"O", "iodp"}, {"P", "prefetch"}, {"N", "new_send"}, {"t", "ts"}, {"j", "dm"}} {
+		{"o", "odp"}, {"O", "iodp"}, {"P", "prefetch"}, {"N", "new_send"}, {"t", "ts"}, {"j", "dm"}, {"q", "num-qp"}} {
 		alias(a[0], a[1])
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -141,8 +146,11 @@ func (o *pingpongOptions) check1(pos []string) error {
 	default:
 		return usagef("pingpong: at most one HOST, got %d arguments; see 'xroce pingpong -h'", len(pos))
 	}
-	if o.ud && o.uc {
-		return usagef("pingpong: --ud or --uc, not both")
+	if o.ud && o.uc || o.srq && (o.ud || o.uc) {
+		return usagef("pingpong: one of --ud, --uc and --srq at most")
+	}
+	if o.srq && (o.numQP < 1 || o.numQP >= ppMaxQP) {
+		return usagef("pingpong: -q %d: want 1..%d QPs", o.numQP, ppMaxQP-1)
 	}
 	if o.size < 0 {
 		o.size = 4096
@@ -197,6 +205,9 @@ type ppSide struct {
 }
 
 func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
+	if o.srq {
+		return pingpongSRQ(ctx, e, o)
+	}
 	dev, err := openDevice(o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
@@ -213,7 +224,7 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 		return fmt.Errorf("pingpong: -m %d is above the RoCE MTU of %s (%d bytes, from its MTU %d): use -m %d or raise the interface MTU",
 			o.mtu, dev.Info().Name, dev.Info().ActiveMTU.Bytes(), dev.Info().MTU, dev.Info().ActiveMTU.Bytes())
 	}
-	opts := roce.ConnectOptions{}
+	opts := roce.ConnectOptions{MaxRdAtomic: 1} // rc_pingpong's max_rd_atomic and max_dest_rd_atomic
 	local, err := localEndpoint(dev, s.qp, o.gid)
 	if err != nil {
 		return fmt.Errorf("pingpong: %w", err)
