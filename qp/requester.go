@@ -37,6 +37,11 @@ type sendWQE struct {
 
 func (q *QP) sqAt(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
 
+// SendQueued returns the number of send requests posted and not yet
+// completed (waiting to be sent, or sent and waiting for their
+// acknowledgement).
+func (q *QP) SendQueued() int { return int(q.sqTail - q.sqHead) }
+
 // PostSend queues a send work request (ibv_post_send). The SGL is copied,
 // inline data too; the memory behind a non-inline SGL must stay registered
 // until the request completes. In ERR the request completes at once with

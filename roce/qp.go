@@ -477,6 +477,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		return fmt.Errorf("post send on qp %#x: %w", q.qpn, err)
 	}
 	st := q.q.State()
+	idle := q.q.SendQueued() == 0
 	// No completion can come before push: only this goroutine holds w.mu,
 	// and the engine completes at once only in ERR and SQE (flushing).
 	err := q.q.PostSend(wr)
@@ -485,7 +486,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		if st != qp.StateErr && st != qp.StateSQE {
 			q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
 		}
-		kick = w.postedLocked()
+		kick = w.postedLocked(idle)
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -516,7 +517,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		if st != qp.StateErr {
 			q.rq.push(w.d, wr.ID, true, wr.SGL)
 		}
-		kick = w.postedLocked()
+		kick = w.postedLocked(false)
 	}
 	w.mu.Unlock()
 	if err != nil {

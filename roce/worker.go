@@ -90,12 +90,14 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 }
 
 // postedLocked is called, with mu held, after a user call queued work. If
-// the link allows it, the caller runs the engine and transmits what is
-// ready itself, saving the worker's wakeup (or its next turn) on the way
-// of the frames; it reports whether the worker must still be kicked (the
-// engine's next deadline comes before the worker would wake).
-func (w *worker) postedLocked() bool {
-	if !w.direct || w.stop {
+// the link allows it and the worker sleeps, or urgent is set (the request
+// starts an idle send queue: someone waits for it), the caller runs the
+// engine and transmits what is ready itself, saving the worker's wakeup
+// (or its next turn) on the way of the frames. Otherwise the worker, awake
+// anyway, sends it with whatever else is ready: one transmit call for many
+// frames. It reports whether the worker must still be kicked.
+func (w *worker) postedLocked(urgent bool) bool {
+	if !w.direct || w.stop || !urgent && !w.sleeping.Load() {
 		return true
 	}
 	dl := w.eng.Poll(w.d.now())
