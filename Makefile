@@ -71,6 +71,12 @@ demo: deps build ## The main job: RDMA between two namespaces (tour, loss, bandw
 	./$(BIN) lab --pcap lab.pcap
 	./$(BIN) dump -q lab.pcap
 
+INTEROP ?= default
+
+.PHONY: interop
+interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|selftest,loss,tap,xroce,xloss).
+	bash interop/run $(INTEROP)
+
 .PHONY: clean
 clean: ## Remove build output.
 	rm -rf bin
