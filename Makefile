@@ -47,7 +47,7 @@ test: deps lint build ## The whole test suite as CI runs it (root: namespaces, A
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
 	@echo "benchmarks: each ran once, ok"
 	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./examples/...
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	XROCE_1GIB=1 $(GO) test -count=1 -timeout 20m $(PKGS)
 
 .PHONY: test-short
 test-short: ## Unit tests only (no root needed; root-only tests skip).
