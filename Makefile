@@ -66,6 +66,14 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 20s).
 bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print them.
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(PKGS)
 
+.PHONY: bench-report
+bench-report: ## xroce vs TCP (iperf3, sockperf) on a veth pair, MTU 1500 and 9000, as a markdown table (root, about 2 min).
+	$(GO) run ./internal/benchreport -time 3s
+
+.PHONY: bench-report-quick
+bench-report-quick: ## The same, MTU 1500 only, 1 s per test.
+	$(GO) run ./internal/benchreport -mtu 1500 -time 1s
+
 .PHONY: demo
 demo: deps build ## The main job: RDMA between two namespaces (tour, loss, bandwidth, latency), then its pcap checked.
 	./$(BIN) lab --pcap lab.pcap
