@@ -2,6 +2,7 @@ package roce
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 )
@@ -101,7 +102,79 @@ func (m *MR) SGE(off, n int) SGE {
 // before reading or writing the region, and after writing data a peer will
 // read or modify. Completions on a CQ need no Sync: polling one synchronizes with
 // the worker that produced it. Sync waits for each worker's current batch.
+// Sync does not make reading memory a peer may still be writing safe: the
+// next WRITE may land while the caller reads; use ReadAt or Load8 for that.
 func (m *MR) Sync() { m.pd.d.sync() }
+
+// ReadAt copies the region's bytes from offset off into p, like
+// io.ReaderAt, while no worker runs a batch: it is the race-free way to
+// look at memory a peer may be writing with RDMA WRITE or atomics right
+// now (a latency test polling the last byte of its buffer, a flag the
+// peer sets). What it copies is a consistent snapshot with respect to the
+// device's batches; a peer's message that spans several packets may be
+// partly written. It takes every worker's lock for the copy, so copy
+// what is needed, not the whole region, in a hot loop. It returns io.EOF
+// (wrapped: errors.Is works) when off+len(p) is past the region's end,
+// after copying what is there, and ErrInvalid for a negative offset.
+func (m *MR) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("mr %#x: read at %d: %w", m.key, off, ErrInvalid)
+	}
+	if off >= int64(len(m.buf)) {
+		if len(p) == 0 && off == int64(len(m.buf)) {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	m.pd.d.lockWorkers()
+	n := copy(p, m.buf[off:])
+	m.pd.d.unlockWorkers()
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// WriteAt copies p into the region at offset off, like io.WriterAt, while
+// no worker runs a batch: the race-free way to change memory that a peer
+// may be reading with RDMA READ or a worker may be sending from. It
+// returns ErrInvalid, and writes nothing, when p does not fit.
+func (m *MR) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > int64(len(m.buf)) || int64(len(p)) > int64(len(m.buf))-off {
+		return 0, fmt.Errorf("mr %#x: write %d bytes at %d of %d: %w", m.key, len(p), off, len(m.buf), ErrInvalid)
+	}
+	m.pd.d.lockWorkers()
+	n := copy(m.buf[off:], p)
+	m.pd.d.unlockWorkers()
+	return n, nil
+}
+
+// Load8 returns the byte at offset off of the region, read as ReadAt
+// reads. It panics if off is outside the region, as an index would.
+func (m *MR) Load8(off int) byte {
+	if off < 0 || off >= len(m.buf) {
+		panic(fmt.Sprintf("roce: Load8(%d) outside a region of %d bytes", off, len(m.buf)))
+	}
+	m.pd.d.lockWorkers()
+	b := m.buf[off]
+	m.pd.d.unlockWorkers()
+	return b
+}
+
+// lockWorkers takes every worker's lock, in worker order (no code holds
+// one worker's lock while it takes another's, so the order cannot
+// deadlock); unlockWorkers gives them back.
+func (d *Device) lockWorkers() {
+	for _, w := range d.workers {
+		w.mu.Lock()
+	}
+}
+
+func (d *Device) unlockWorkers() {
+	for i := len(d.workers) - 1; i >= 0; i-- {
+		d.workers[i].mu.Unlock()
+	}
+}
 
 // sync waits for the batch each worker is running.
 func (d *Device) sync() {

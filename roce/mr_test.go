@@ -2,6 +2,7 @@ package roce
 
 import (
 	"errors"
+	"io"
 	"testing"
 	"time"
 )
@@ -198,5 +199,45 @@ func TestUnsignaledRefs(t *testing.T) {
 	}
 	if err := a.mr.Dereg(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMRReadAt has a peer WRITE into a region while its owner watches the
+// last byte with Load8 and reads it with ReadAt: under -race this is the
+// test that the pair is a race-free way to look at memory being written.
+func TestMRReadAt(t *testing.T) {
+	da, db := pipeDevices(t, 2, noFaults, Config{})
+	a, b := rcPair(t, da, db, 4096)
+	const n, rounds = 1500, 50
+	for i := 1; i <= rounds; i++ {
+		if _, err := a.mr.WriteAt([]byte{byte(i)}, n-1); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, n)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for b.mr.Load8(n-1) != byte(i) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the write never landed", i)
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+		var got [1]byte
+		if k, err := b.mr.ReadAt(got[:], n-1); k != 1 || err != nil || got[0] != byte(i) {
+			t.Fatalf("ReadAt = %d, %v, byte %d; want 1, nil, %d", k, err, got[0], i)
+		}
+		want(t, a.cq, WCRDMAWrite, WCSuccess)
+	}
+	p := make([]byte, 10)
+	if k, err := b.mr.ReadAt(p, int64(b.mr.Len()-4)); k != 4 || !errors.Is(err, io.EOF) {
+		t.Fatalf("ReadAt past the end = %d, %v; want 4, EOF", k, err)
+	}
+	if _, err := b.mr.ReadAt(p, -1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ReadAt(-1) = %v; want ErrInvalid", err)
+	}
+	if k, err := b.mr.WriteAt(p, int64(b.mr.Len()-4)); k != 0 || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("WriteAt past the end = %d, %v; want 0, ErrInvalid", k, err)
 	}
 }
