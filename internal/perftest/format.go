@@ -177,28 +177,47 @@ func BW(size int, posted, completed []time.Duration, cqMod int, gbits bool) BWRe
 	}
 	total := (completed[n-1] - posted[0]).Seconds()
 	if total <= 0 {
-		total = 1e-9
+		return r // no time passed that a clock saw: no rate to report
 	}
 	r.Avg = float64(size) * float64(n) / total / unit
 	r.MsgRate = float64(n) / total / 1e6
 	best := completed[n-1] - posted[0]
 	cqMod = max(cqMod, 1)
+	// A run of messages that took no measurable time (its post and its
+	// completion read the same clock tick) says nothing of a rate: skip
+	// it rather than divide by almost nothing.
 	for i := 0; i < n; i += cqMod {
 		for j := i + cqMod - 1; j < n; j += cqMod {
-			if t := (completed[j] - posted[i]) / time.Duration(j-i+1); t < best {
+			if t := (completed[j] - posted[i]) / time.Duration(j-i+1); t > 0 && t < best {
 				best = t
 			}
 		}
 		if j := n - 1; n%cqMod != 0 {
-			if t := (completed[j] - posted[i]) / time.Duration(j-i+1); t < best {
+			if t := (completed[j] - posted[i]) / time.Duration(j-i+1); t > 0 && t < best {
 				best = t
 			}
 		}
 	}
-	if best <= 0 {
-		best = 1
-	}
 	r.Peak = float64(size) / best.Seconds() / unit
+	return r
+}
+
+// Rate is the report of a run that has no per-message times (a duration
+// run, or a receiver, which sees no posts): n messages of size bytes in
+// el, the peak equal to the average. A run of no measurable length has
+// no rate (zeros), never a huge one.
+func Rate(size, n int, el time.Duration, gbits bool) BWReport {
+	r := BWReport{Size: uint64(size), Iters: uint64(n)}
+	if el <= 0 || n <= 0 {
+		return r
+	}
+	unit := float64(1 << 20)
+	if gbits {
+		unit = 125e6
+	}
+	r.Avg = float64(size) * float64(n) / el.Seconds() / unit
+	r.Peak = r.Avg
+	r.MsgRate = float64(n) / el.Seconds() / 1e6
 	return r
 }
 

@@ -276,3 +276,27 @@ func TestPrintInfo(t *testing.T) {
 		t.Errorf("server banner with TX depth or GID index:\n%s", b.String())
 	}
 }
+
+// TestBWNoTime: messages whose posts and completions read the same clock
+// tick give no rate, never bytes over a made-up nanosecond, and such a
+// message does not make the peak.
+func TestBWNoTime(t *testing.T) {
+	same := []time.Duration{5, 5, 5, 5}
+	if r := BW(65536, same, same, 4, false); r.Peak != 0 || r.Avg != 0 || r.Iters != 4 {
+		t.Fatalf("BW over no time = %+v, want zero rates, 4 iterations", r)
+	}
+	posted := []time.Duration{0, time.Millisecond, time.Millisecond, 2 * time.Millisecond}
+	completed := []time.Duration{time.Millisecond, time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}
+	r := BW(1<<20, posted, completed, 1, false)
+	// Message 1 posts and completes at the same tick; the best measured
+	// run is messages 1 and 2, 2 MiB in 1 ms.
+	if math.Abs(r.Peak-2000) > 1e-6 || r.Peak < r.Avg {
+		t.Fatalf("peak %v MB/s, average %v: want 2000", r.Peak, r.Avg)
+	}
+	if r := Rate(65536, 10, 0, false); r.Peak != 0 || r.Avg != 0 || r.Iters != 10 {
+		t.Fatalf("Rate over no time = %+v", r)
+	}
+	if r := Rate(1<<20, 10, time.Second, false); r.Avg != 10 || r.Peak != 10 || r.MsgRate != 10e-6 {
+		t.Fatalf("Rate(1 MiB × 10 in 1 s) = %+v, want 10 MB/s peak and average", r)
+	}
+}

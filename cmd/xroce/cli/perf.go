@@ -857,18 +857,7 @@ func (r *perfRun) bandwidth(ctx context.Context, size int) (perftest.BWReport, e
 		prog.tick(time.Now(), done, total, int64(done)*int64(size))
 	}
 	if o.duration > 0 {
-		el := (last - first).Seconds()
-		rep := perftest.BWReport{Size: uint64(size), Iters: uint64(done)}
-		unit := float64(1 << 20)
-		if o.gbits {
-			unit = 125e6
-		}
-		if el > 0 {
-			rep.Avg = float64(done) * float64(size) / el / unit
-			rep.Peak = rep.Avg
-			rep.MsgRate = float64(done) / el / 1e6
-		}
-		return rep, nil
+		return perftest.Rate(size, done, last-first, o.gbits), nil
 	}
 	return perftest.BW(size, posted, completed[:len(posted)], o.cqMod, o.gbits), nil
 }
@@ -880,7 +869,11 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 	o := r.o
 	nq := len(r.qps)
 	total := o.iters * nq
-	var times []time.Duration
+	// The receiver sees no posts: it times the messages after the first
+	// batch of receives, from that batch to the last (the first batch's
+	// bytes arrived before its clock started).
+	var t0, tl time.Duration
+	n0 := 0
 	got := make([]int, nq)
 	origin := time.Now()
 	var end time.Time
@@ -914,9 +907,10 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 			got[i]++
 			r.rout[i]--
 			done++
-			if o.duration == 0 {
-				times = append(times, now)
+			if n0 == 0 || now == t0 {
+				t0, n0 = now, done
 			}
+			tl = now
 			if o.duration > 0 || got[i]+r.rout[i] < o.iters {
 				if err := r.postRecv(i); err != nil {
 					return perftest.BWReport{}, err
@@ -925,14 +919,21 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 		}
 		prog.tick(time.Now(), done, total, int64(done)*int64(size))
 	}
-	if o.duration > 0 || done < 2 {
-		return perftest.BWReport{Size: uint64(size), Iters: uint64(done)}, nil
+	return receiverRate(size, done, n0, t0, tl, o.duration > 0, o.gbits), nil
+}
+
+// receiverRate is the receiver's report: done messages, the first n0 of
+// them received at t0 (one batch), the last at tl. Its peak is its
+// average. A duration run reports no rate, as perftest's server; a run
+// whose receives all came in one batch reports none either (zero, never
+// bytes over the zero time between two reads of the clock).
+func receiverRate(size, done, n0 int, t0, tl time.Duration, duration, gbits bool) perftest.BWReport {
+	if duration || done < 2 || tl <= t0 {
+		return perftest.BWReport{Size: uint64(size), Iters: uint64(done)}
 	}
-	// The receiver sees no posting times: its bandwidth runs from the
-	// first receive to the last, its peak is that average.
-	rep := perftest.BW(size, times, times, done, o.gbits)
-	rep.Peak = rep.Avg
-	return rep, nil
+	rep := perftest.Rate(size, done-n0, tl-t0, gbits)
+	rep.Iters = uint64(done)
+	return rep
 }
 
 // latency runs one size of a latency test on QP 0.
@@ -1031,7 +1032,8 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 // waitWrite waits until the byte at off of p's buffer is want: the peer's
 // WRITE has landed. A WRITE completes nothing on this side, so it watches
 // the QP's received-frame counter (atomic loads, no lock) and looks at the
-// byte, after Sync, only when a frame has come: taking the worker's lock
+// byte (MR.Load8: under the workers' locks, as the peer's next WRITE may
+// land while we look) only when a frame has come: taking the worker's lock
 // on every spin slowed the worker down. It spins, then naps, and gives up
 // after the timeout or at end (0 then).
 func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, end time.Time) error {
@@ -1041,8 +1043,7 @@ func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, 
 	for i := 0; ; i++ {
 		if rx := p.qp.Stats().RxFrames; rx != last {
 			last = rx
-			p.mr.Sync()
-			if p.buf[off] == want {
+			if p.mr.Load8(off) == want {
 				return nil
 			}
 		}

@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -155,5 +156,29 @@ func TestPerfLatencyDuration(t *testing.T) {
 			}
 		}
 		t.Logf("%s client:\n%s", test, rc.stdout)
+	}
+}
+
+// TestReceiverRate: the send_bw receiver's peak is its average over the
+// receives after the first batch, and all receives in one batch (the same
+// clock reading) give no rate, not 62,500,000 MB/s.
+func TestReceiverRate(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		done, n0  int
+		t0, tl    time.Duration
+		duration  bool
+		wantAvg   float64
+		wantIters uint64
+	}{
+		{"one batch", 2, 2, time.Millisecond, time.Millisecond, false, 0, 2},
+		{"one message", 1, 1, time.Millisecond, time.Millisecond, false, 0, 1},
+		{"duration", 100, 1, time.Millisecond, time.Second, true, 0, 100},
+		{"11 receives in 10 ms", 11, 1, 10 * time.Millisecond, 20 * time.Millisecond, false, 1000, 11},
+	} {
+		r := receiverRate(1<<20, c.done, c.n0, c.t0, c.tl, c.duration, false)
+		if math.Abs(r.Avg-c.wantAvg) > 1e-6 || r.Peak != r.Avg || r.Iters != c.wantIters {
+			t.Errorf("%s: %+v, want average = peak = %v MB/s, %d iterations", c.name, r, c.wantAvg, c.wantIters)
+		}
 	}
 }
