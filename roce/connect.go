@@ -32,8 +32,20 @@ type ConnectOptions struct {
 	RetryCnt    int    // 0 means 7 (forever, as rxe); < 0 means no retry
 	RNRRetry    int    // 0 means 7 (forever); < 0 means no retry
 	MinRNRTimer uint8  // RNR timer code sent in RNR NAKs; 0 means 12 (0.64 ms)
-	MaxRdAtomic uint8  // READs and atomics outstanding, both ways; 0 means 16
+	MaxRdAtomic uint8  // READs and atomics this side has outstanding as requester (max_rd_atomic); 0 means 16
 	QKey        uint32 // UD Q_Key; 0 means 0x11111111
+
+	// MaxDestRdAtomic is how many of the peer's READs and atomics this
+	// side keeps responder resources for (max_dest_rd_atomic); 0 means
+	// the same as MaxRdAtomic. perftest sets the requester's depth from
+	// the peer's advertised out_reads and the responder's from its own.
+	MaxDestRdAtomic uint8
+	// HopLimit is the IPv4 TTL or IPv6 hop limit of the QP's packets; 0
+	// means 64. ibv_rc_pingpong sends with 1.
+	HopLimit uint8
+	// TrafficClass is the IPv4 TOS or IPv6 traffic class of the QP's
+	// packets (DSCP and ECN bits, as on the wire); 0 by default.
+	TrafficClass uint8
 }
 
 func (o ConnectOptions) withDefaults() ConnectOptions {
@@ -55,6 +67,9 @@ func (o ConnectOptions) withDefaults() ConnectOptions {
 	}
 	if o.MaxRdAtomic == 0 {
 		o.MaxRdAtomic = 16
+	}
+	if o.MaxDestRdAtomic == 0 {
+		o.MaxDestRdAtomic = o.MaxRdAtomic
 	}
 	if o.QKey == 0 {
 		o.QKey = 0x11111111
@@ -86,7 +101,10 @@ func (q *QP) LocalEndpoint(psn uint32, opts ConnectOptions) (Endpoint, error) {
 // Connect moves q from RESET to RTS towards remote (RC and UC), or to RTS
 // for UD (remote is not used then but for the Q_Key), resolving the peer's
 // MAC with Resolve. local is what was sent to the peer (its PSN is the
-// first PSN q sends). The path MTU is the smaller of both sides' MTUs.
+// first PSN q sends); when its GID is one of the device's GIDs of the
+// peer's address family, it is the source address of q's packets (the
+// address the peer expects them from), else the one Resolve picks. The
+// path MTU is the smaller of both sides' MTUs.
 func (q *QP) Connect(ctx context.Context, local, remote Endpoint, opts ConnectOptions) error {
 	o := opts.withDefaults()
 	init := Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: o.Access, QKey: o.QKey}
@@ -103,6 +121,10 @@ func (q *QP) Connect(ctx context.Context, local, remote Endpoint, opts ConnectOp
 	if err != nil {
 		return fmt.Errorf("connect qp %#x: %w", q.qpn, err)
 	}
+	if src, ok := q.w.d.sourceFor(local.GID, av.DstIP); ok {
+		av.SrcIP = src
+	}
+	av.HopLimit, av.TrafficClass = o.HopLimit, o.TrafficClass
 	mtu := q.w.d.info.ActiveMTU
 	if remote.MTU != 0 && remote.MTU < mtu {
 		mtu = remote.MTU
@@ -112,7 +134,7 @@ func (q *QP) Connect(ctx context.Context, local, remote Endpoint, opts ConnectOp
 	}
 	rtr := Attr{
 		State: StateRTR, AV: av, PathMTU: mtu, DestQPN: remote.QPN, RQPSN: bth.PSN(remote.PSN & bth.PSNMask),
-		MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer,
+		MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer,
 	}
 	mask := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
 	if q.Type() == RC {
@@ -130,4 +152,23 @@ func (q *QP) Connect(ctx context.Context, local, remote Endpoint, opts ConnectOp
 		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic
 	}
 	return q.Modify(&rts, mask)
+}
+
+// sourceFor returns gid, unmapped, if it is one of the device's GIDs and
+// of dst's address family: the source address a QP that advertised gid
+// should send from.
+func (d *Device) sourceFor(gid, dst netip.Addr) (netip.Addr, bool) {
+	if !gid.IsValid() {
+		return netip.Addr{}, false
+	}
+	g := gid.Unmap().WithZone("")
+	if g.Is4() != dst.Unmap().Is4() {
+		return netip.Addr{}, false
+	}
+	for _, a := range d.local {
+		if a.WithZone("") == g {
+			return g, true
+		}
+	}
+	return netip.Addr{}, false
 }
