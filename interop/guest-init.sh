@@ -1,7 +1,7 @@
 #!/bin/bash
 # PID 1 of the interop VM (see interop/README.md). It runs the modes named in
 # XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap, xroce,
-# xloss), writes
+# xloss, compare), writes
 # logs, captures and results.tsv to the 9p share mounted at /out, then powers
 # the VM off. Every test is one row of /out/results.tsv:
 #   NAME <tab> PASS|FAIL|SKIP <tab> SECONDS <tab> DETAIL
@@ -506,18 +506,140 @@ mode_xloss() {
 	fi
 }
 
+# --- compare: rxe<->rxe beside xroce<->xroce, same guest, same sizes and MTU ------
+
+# cmp_fig FILE KIND: from a perftest-format table (perftest's or xroce perf's),
+# "BW_average" for bw, "t_typical 99%" for lat (MB/s, microseconds).
+cmp_fig() {
+	awk -v k="$2" '
+		/#bytes.*BW average/ { bw = 1; next }
+		/#bytes.*t_typical/ { lat = 1; next }
+		bw && $1 ~ /^[0-9]+$/ && k == "bw" { print $4; exit }
+		lat && $1 ~ /^[0-9]+$/ && k == "lat" { print $5, $8; exit }' "$1"
+}
+
+# cmp_rxe NAME TEST ARGS...: ib_TEST between rxe0 (server) and rxe1 (client).
+cmp_rxe() {
+	local name=$1 t=$2
+	shift 2
+	pair "compare.rxe.$name" "${XROCE_TIMEOUT:-120}" "ib_$t" -d rxe0 -x 1 -F -m 1024 "$@" -- \
+		"ib_$t" -d rxe1 -x 1 -F -m 1024 "$@" 198.18.0.1
+}
+
+# cmp_xroce NAME TEST ARGS...: xroce perf TEST, server in namespace xa (xa0
+# 198.18.2.1), client in xb (xb0 198.18.2.2).
+cmp_xroce() {
+	local name=$1 t=$2 to=${XROCE_TIMEOUT:-120} t0 spid src crc
+	shift 2
+	t0=$(now)
+	ip netns exec xa timeout -s KILL "$to" /out/xroce perf "$t" -d xa0 -F -m 1024 "$@" \
+		>"/out/logs/compare.xroce.$name.server.txt" 2>&1 &
+	spid=$!
+	for _ in $(seq 100); do
+		ip netns exec xa ss -Hltn "sport = :18515" | grep -q . && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	ip netns exec xb timeout -s KILL "$to" /out/xroce perf "$t" -d xb0 -F -m 1024 "$@" 198.18.2.1 \
+		>"/out/logs/compare.xroce.$name.client.txt" 2>&1
+	crc=$?
+	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	stop "$spid"
+	wait "$spid"
+	src=$?
+	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+		result "compare.xroce.$name" PASS "$t0" "$(detail "/out/logs/compare.xroce.$name.client.txt")"
+	else
+		result "compare.xroce.$name" FAIL "$t0" "server exit $src, client exit $crc: $(grep -v '^ *$' "/out/logs/compare.xroce.$name.client.txt" | tail -1 | cut -c1-100)"
+	fi
+}
+
+xroce_netns() {
+	ip netns add xa
+	ip netns add xb
+	ip link add xa0 type veth peer name xb0
+	ip link set xa0 netns xa
+	ip link set xb0 netns xb
+	ip -n xa addr add 198.18.2.1/24 dev xa0
+	ip -n xb addr add 198.18.2.2/24 dev xb0
+	ip -n xa link set lo up
+	ip -n xb link set lo up
+	ip -n xa link set xa0 up
+	ip -n xb link set xb0 up
+	ip -n xa neigh replace 198.18.2.2 lladdr "$(ip netns exec xb cat /sys/class/net/xb0/address)" dev xa0 nud permanent
+	ip -n xb neigh replace 198.18.2.1 lladdr "$(ip netns exec xa cat /sys/class/net/xa0/address)" dev xb0 nud permanent
+}
+
+# mode_compare: issue 7's side-by-side. The same perftest-format runs between
+# two rxe devices (selftest's veth pair) and between two xroce processes (two
+# namespaces joined by a veth pair, 1500 MTU so IB MTU 1024 for both), then
+# /out/compare.md: MB/s for bandwidth, t_typical (p50) and 99% for latency.
+# TEST:SIZE:ITERATIONS, the same for both stacks (a few seconds each under TCG).
+CMP_BW="write_bw:4096:2000 write_bw:65536:500 write_bw:1048576:50
+	read_bw:4096:2000 read_bw:65536:500 read_bw:1048576:50
+	send_bw:4096:2000 send_bw:65536:500 send_bw:1048576:50"
+CMP_LAT="write_lat:8:1000 send_lat:8:1000"
+mode_compare() {
+	local t0 c t s n f r x
+	t0=$(now)
+	veth_pair
+	xroce_netns
+	result compare.setup PASS "$t0" "rxe0/rxe1 on vethA/vethB (MTU $(cat /sys/class/net/vethA/mtu)); xroce on xa0/xb0 in namespaces xa/xb (MTU $(ip netns exec xa cat /sys/class/net/xa0/mtu)); IB MTU 1024 for both"
+	for c in $CMP_BW $CMP_LAT; do
+		IFS=: read -r t s n <<<"$c"
+		cmp_rxe "$t.s$s" "$t" -s "$s" -n "$n"
+	done
+	for c in $CMP_BW $CMP_LAT; do
+		IFS=: read -r t s n <<<"$c"
+		cmp_xroce "$t.s$s" "$t" -s "$s" -n "$n"
+	done
+	f=/out/compare.md
+	# ratio(X): "N.NN×" (three decimals under 0.1); over 1, xroce is the better.
+	CMP_RATIO='function ratio(v) { return sprintf(v < 0.1 ? "%.3f×" : "%.2f×", v) } '
+	{
+		echo "Bandwidth (MB/s, perftest's BW average): xroce/rxe over 1 means xroce is faster."
+		echo
+		echo "| test | size | iterations | rxe | xroce | xroce/rxe |"
+		echo "|---|---:|---:|---:|---:|---:|"
+		for c in $CMP_BW; do
+			IFS=: read -r t s n <<<"$c"
+			r=$(cmp_fig "/out/logs/compare.rxe.$t.s$s.client.txt" bw)
+			x=$(cmp_fig "/out/logs/compare.xroce.$t.s$s.client.txt" bw)
+			awk -v t="$t" -v s="$s" -v n="$n" -v r="$r" -v x="$x" "$CMP_RATIO"'BEGIN {
+				printf "| %s | %s | %s | %s MB/s | %s MB/s | %s |\n", t, s, n, r == "" ? "-" : r, x == "" ? "-" : x,
+					(r > 0 && x != "") ? ratio(x / r) : "-" }'
+		done
+		echo
+		echo "Latency (microseconds, half a round trip: t_typical = p50, and the 99% percentile): rxe/xroce over 1 means xroce is faster."
+		echo
+		echo "| test | size | iterations | rxe p50 | xroce p50 | rxe/xroce p50 | rxe p99 | xroce p99 | rxe/xroce p99 |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for c in $CMP_LAT; do
+			IFS=: read -r t s n <<<"$c"
+			r=$(cmp_fig "/out/logs/compare.rxe.$t.s$s.client.txt" lat)
+			x=$(cmp_fig "/out/logs/compare.xroce.$t.s$s.client.txt" lat)
+			awk -v t="$t" -v s="$s" -v n="$n" -v r="$r" -v x="$x" "$CMP_RATIO"'BEGIN {
+				split(r, a, " "); split(x, b, " ")
+				printf "| %s | %s | %s | %s us | %s us | %s | %s us | %s us | %s |\n", t, s, n,
+					a[1] == "" ? "-" : a[1], b[1] == "" ? "-" : b[1], (a[1] > 0 && b[1] > 0) ? ratio(a[1] / b[1]) : "-",
+					a[2] == "" ? "-" : a[2], b[2] == "" ? "-" : b[2], (a[2] > 0 && b[2] > 0) ? ratio(a[2] / b[2]) : "-" }'
+		done
+	} >"$f"
+	result compare.table PASS "$(now)" "written to compare.md"
+}
+
 for m in ${XROCE_MODE//,/ }; do
 	t0=$(now)
 	case $m in
-	selftest | loss | tap | xroce | xloss) "mode_$m" ;;
+	selftest | loss | tap | xroce | xloss | compare) "mode_$m" ;;
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
 	esac
 	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds
 	# No tool may outlive its mode (a left-over RC client keeps retransmitting).
-	left=$(pgrep -l '^(ibv_|ib_(write|read|send|atomic)_|tcpdump)' | paste -sd' ')
+	left=$(pgrep -l '^(ibv_|ib_(write|read|send|atomic)_|tcpdump|xroce)' | paste -sd' ')
 	if [ -n "$left" ]; then
 		result "$m.leftovers" FAIL "$(now)" "still running after the mode: $left"
-		pkill -KILL '^(ibv_|ib_(write|read|send|atomic)_|tcpdump)'
+		pkill -KILL '^(ibv_|ib_(write|read|send|atomic)_|tcpdump|xroce)'
 	fi
 done
 echo "guest: done at $(now)s"
