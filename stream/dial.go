@@ -1,0 +1,228 @@
+package stream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/xroce/xroce/roce"
+)
+
+// Config configures connections. The zero value gives the defaults.
+type Config struct {
+	// RingSize is the receive ring in bytes; 0 means 1 MiB. 4 KiB to
+	// 2 MiB.
+	RingSize int
+	// Linger bounds how long Close and CloseWrite wait for credits and
+	// acknowledgements; 0 means 5 s.
+	Linger time.Duration
+	// HandshakeTimeout bounds Accept's setup of one connection; 0 means
+	// 10 s. Dial is bounded by its context.
+	HandshakeTimeout time.Duration
+	// Connect are the QP attributes; zero means Timeout 14 (67 ms) and
+	// RetryCnt 6, so that a vanished peer is seen in about half a second.
+	Connect roce.ConnectOptions
+}
+
+// ErrBadHello is wrapped by setup errors when the peer does not speak
+// this protocol.
+var ErrBadHello = errors.New("stream: bad hello on the side channel")
+
+func (c Config) withDefaults() (Config, error) {
+	if c.RingSize == 0 {
+		c.RingSize = 1 << 20
+	}
+	if c.Linger == 0 {
+		c.Linger = 5 * time.Second
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.Connect.Timeout == 0 {
+		c.Connect.Timeout = 14
+	}
+	if c.Connect.RetryCnt == 0 {
+		c.Connect.RetryCnt = 6
+	}
+	if c.RingSize < 4<<10 || c.RingSize > 2<<20 {
+		return c, fmt.Errorf("stream: ring size %d out of range 4 KiB..2 MiB", c.RingSize)
+	}
+	return c, nil
+}
+
+// Dial connects to a Listener at addr (its TCP side channel) with the
+// default Config.
+func Dial(ctx context.Context, d *roce.Device, addr string) (*Conn, error) {
+	return Config{}.Dial(ctx, d, addr)
+}
+
+// Dial connects to a Listener at addr (its TCP side channel).
+func (cfg Config) Dial(ctx context.Context, d *roce.Device, addr string) (*Conn, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var nd net.Dialer
+	tc, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "xroce", Err: err}
+	}
+	defer tc.Close()
+	c, err := setup(ctx, d, tc, true, cfg)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "xroce", Addr: tc.RemoteAddr(), Err: err}
+	}
+	return c, nil
+}
+
+// Listener accepts stream connections; it implements net.Listener. Its
+// methods are safe for concurrent use.
+type Listener struct {
+	d   *roce.Device
+	cfg Config
+	ln  net.Listener
+}
+
+// Listen listens on the TCP address addr for side channels, with the
+// default Config.
+func Listen(d *roce.Device, addr string) (*Listener, error) {
+	return Config{}.Listen(d, addr)
+}
+
+// Listen listens on the TCP address addr for side channels.
+func (cfg Config) Listen(d *roce.Device, addr string) (*Listener, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{d: d, cfg: cfg, ln: ln}, nil
+}
+
+// Accept waits for a connection and sets it up. A side channel whose setup
+// fails is dropped and the next one awaited; errors of the TCP listener
+// (net.ErrClosed after Close) are returned.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		tc, err := l.ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.HandshakeTimeout)
+		c, err := setup(ctx, l.d, tc, false, l.cfg)
+		cancel()
+		tc.Close()
+		if err == nil {
+			return c, nil
+		}
+	}
+}
+
+// Close stops listening; established connections stay.
+func (l *Listener) Close() error { return l.ln.Close() }
+
+// Addr is the side channel's TCP address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// setup runs the side channel's exchange on tc and returns a connected
+// Conn; see the package doc.
+func setup(ctx context.Context, d *roce.Device, tc net.Conn, client bool, cfg Config) (_ *Conn, err error) {
+	if dl, ok := ctx.Deadline(); ok {
+		tc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var hello, peer [8]byte
+	copy(hello[:], "XRS1")
+	binary.BigEndian.PutUint32(hello[4:], uint32(cfg.RingSize))
+	// The client speaks first, so that an unbuffered side channel works.
+	if err := exchange(tc, client, hello[:], peer[:]); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	peerRing := int(binary.BigEndian.Uint32(peer[4:]))
+	if string(peer[:4]) != "XRS1" || peerRing < 4<<10 || peerRing > 2<<20 {
+		return nil, fmt.Errorf("%w: %q", ErrBadHello, peer[:])
+	}
+
+	c := &Conn{cfg: cfg, ring: make([]byte, cfg.RingSize), stage: make([]byte, peerRing)}
+	defer func() {
+		if err != nil {
+			c.release()
+		}
+	}()
+	if c.pd, err = d.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = d.CreateCQ(recvDepth + sendDepth); err != nil {
+		return nil, err
+	}
+	if c.ringMR, err = c.pd.RegMR(c.ring, roce.AccessLocalWrite|roce.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if c.stageMR, err = c.pd.RegMR(c.stage, roce.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	c.qp, err = c.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: c.cq, RecvCQ: c.cq,
+		MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1, SignalAll: true})
+	if err != nil {
+		return nil, err
+	}
+	opts := cfg.Connect
+	opts.Access = roce.AccessLocalWrite | roce.AccessRemoteWrite
+	local, err := c.qp.LocalEndpoint(rand.Uint32(), opts)
+	if err != nil {
+		return nil, err
+	}
+	local.RKey, local.Addr = c.ringMR.RKey(), c.ringMR.Addr()
+	remote, err := c.qp.ConnectTCP(ctx, tc, client, local, roce.XroceCodec, opts)
+	if err != nil {
+		return nil, err
+	}
+	for range recvDepth {
+		if err := c.qp.PostRecv(&roce.RecvWR{ID: recvID}); err != nil {
+			return nil, err
+		}
+	}
+	// Both sides' receive requests are posted once each has read the
+	// other's 'R'.
+	if err := exchange(tc, client, []byte{'R'}, peer[:1]); err != nil || peer[0] != 'R' {
+		return nil, fmt.Errorf("ready: %w", errors.Join(err, ErrBadHello))
+	}
+	c.peerAddr, c.peerKey = remote.Addr, remote.RKey
+	port := func(a net.Addr) int {
+		if t, ok := a.(*net.TCPAddr); ok {
+			return t.Port
+		}
+		return 0
+	}
+	c.laddr = Addr{IP: local.GID.Unmap(), Port: port(tc.LocalAddr()), QPN: local.QPN}
+	c.raddr = Addr{IP: remote.GID.Unmap(), Port: port(tc.RemoteAddr()), QPN: remote.QPN}
+	c.start()
+	return c, nil
+}
+
+// exchange sends out and reads in, the client first.
+func exchange(tc net.Conn, client bool, out, in []byte) error {
+	if client {
+		if _, err := tc.Write(out); err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(tc, in); err != nil {
+		return err
+	}
+	if !client {
+		if _, err := tc.Write(out); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+// Package stream gives Go programs byte streams (net.Conn and net.Listener)
+// over xroce's RC queue pairs, in the spirit of the Sockets Direct Protocol
+// (InfiniBand Architecture Specification Vol. 1 Release 1.4, Annex A4) and
+// of the stream mode of the Extended Sockets API (OpenGroup/UNH EXS): a
+// program swaps net.Dial and net.Listen for Dial and Listen and keeps its
+// io.Reader/io.Writer code.
+//
+// # Connection setup
+//
+// Listen opens a TCP listener on addr: the side channel. Dial connects to
+// it; on the TCP connection the client sends an 8-byte hello ("XRS1" and
+// its receive ring size, big-endian uint32) and the server answers with
+// its own; then each side creates a PD, a CQ, one RC QP, its receive ring
+// (registered for remote write) and its send staging buffer, and the QPs
+// are brought to RTS by roce.QP.ConnectTCP with roce.XroceCodec, which
+// carries QPN, first PSN, GID, MTU and the ring's address and rkey. Each
+// side then posts its receive requests and writes one byte 'R'; after
+// reading the peer's 'R' it knows the peer can take messages, and the TCP
+// connection is closed.
+//
+// # Messages
+//
+// Every message is an RDMA WRITE WITH IMMEDIATE (IBTA Vol. 1 §9.4.3), so
+// each consumes one of the receiver's receive requests (zero-length
+// scatter lists: the payload goes where the RETH says) and completes there
+// with the immediate and the byte count. The 32-bit immediate is
+//
+//	 31   29 28        22 21                            0
+//	+-------+------------+-------------------------------+
+//	| kind  | msg credit |        byte credit            |
+//	+-------+------------+-------------------------------+
+//
+// kind: 0 DATA (the payload was written into the receiver's ring at the
+// ring's tail), 1 CREDIT (no payload), 2 FIN (no payload: the sender will
+// send no more data, CloseWrite), 3..7 reserved (3 will be the direct
+// path's ADVERT and 4 its DONE). Every message carries credits back to its
+// receiver: how many receive requests the sender has re-posted (at most
+// 127) and how many ring bytes its reader has consumed (at most 4 MiB - 1)
+// since it last said so.
+//
+// # The ring and credits (indirect path)
+//
+// Each side has a receive ring of R bytes (Config.RingSize, 1 MiB by
+// default). The writer keeps a mirror of the peer's tail: it copies a Write
+// into its staging buffer at the same offset (staging and peer ring have
+// the same size) and writes that span into the peer's ring, splitting at
+// the ring's end, so the receiver needs no offsets: it advances its tail
+// by each DATA message's byte count, and RC's ordering makes the two
+// agree. Flow control is by credits, so a sender never overruns the ring
+// and never meets an RNR NAK in steady state:
+//
+//   - Byte credits: the writer may have at most R bytes written and not
+//     yet reported consumed by the peer's reader; staging bytes are reused
+//     only after both the peer's credit and the local send completion.
+//   - Message credits: each side posts Q receive requests (128) and re-posts
+//     each as soon as its completion is handled; the peer starts with Q
+//     message credits. A DATA or FIN message needs two credits, so that the
+//     last one is kept for a message that returns credits; a CREDIT message
+//     needs one, and if it is the last one it must return at least one
+//     message credit. Credits are returned piggybacked on every message,
+//     and by a CREDIT message when Q/4 receive requests or R/4 ring bytes
+//     are owed. With these rules two sides that write at once cannot both
+//     be left without a credit with none on the way (each last credit
+//     carries one back), and a writer blocked on bytes is always owed
+//     fewer than R/4 bytes, so it is never waiting for a credit message
+//     that will not come.
+//
+// Each connection has one goroutine (the pump) that waits on its CQ,
+// handles completions in order, re-posts receive requests, wakes readers
+// and writers and sends CREDIT messages. Read copies out of the ring (after
+// MR.Sync, which orders the workers' writes with ours); Write copies into
+// staging and posts; both block with deadlines.
+//
+// # Closing
+//
+// CloseWrite waits until everything written was posted, then sends FIN;
+// the peer's Read returns io.EOF after the ring is drained. Close is
+// CloseWrite, then a wait (at most Config.Linger, 5 s) until every message
+// posted is acknowledged (RC ACKs mean it sits in the peer's memory), then
+// the QP and its resources go. A peer that vanishes is seen as a send
+// completion error after the RC retries (Timeout 14, RetryCnt 6: about half
+// a second): reads and writes then fail with an error wrapping ErrReset.
+// After a local Close, calls
+// fail with errors wrapping net.ErrClosed; after a deadline, with errors
+// wrapping os.ErrDeadlineExceeded (and Timeout() true), as net does.
+//
+// # The direct path (designed, not yet built)
+//
+// A Read with a buffer of at least Config.DirectThreshold bytes, on an
+// empty ring, registers that buffer (through the registration cache) and
+// sends ADVERT (address, rkey and length in a SEND payload slot). A writer
+// that holds an ADVERT and has nothing queued in the ring (its mirror tail
+// equals the peer's consumed position, so everything earlier was read) may
+// write straight into the advertised buffer with RDMA WRITE and ends the
+// transfer with DONE(byte count); the reader returns that count. Order is
+// kept because a direct transfer starts only when no indirect bytes are
+// outstanding, and the reader withdraws an advert (and the writer must
+// acknowledge the withdrawal before the reader returns) when ring data
+// arrives first. Small or early writes thus go through the ring for
+// latency; large reads that wait go direct for bandwidth and CPU.
+package stream

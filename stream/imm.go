@@ -1,0 +1,23 @@
+package stream
+
+// Message kinds, the top three bits of the immediate.
+const (
+	kindData   = 0 // payload written at the receiver's ring tail
+	kindCredit = 1 // credits only
+	kindFIN    = 2 // no more data from the sender
+)
+
+const (
+	maxMsgCredit  = 1<<7 - 1  // receive requests one message can return
+	maxByteCredit = 1<<22 - 1 // ring bytes one message can return
+)
+
+// encodeImm packs a message's kind and the credits it returns.
+func encodeImm(kind, msgs, bytes uint32) uint32 {
+	return kind<<29 | (msgs&maxMsgCredit)<<22 | bytes&maxByteCredit
+}
+
+// decodeImm unpacks what encodeImm packed.
+func decodeImm(imm uint32) (kind, msgs, bytes uint32) {
+	return imm >> 29, imm >> 22 & maxMsgCredit, imm & maxByteCredit
+}
