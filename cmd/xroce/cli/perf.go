@@ -458,6 +458,13 @@ func (r *perfRun) barrier(wait time.Duration) error {
 	return err
 }
 
+// perfConnectOptions are perftest's read/atomic depths: as requester, as
+// many outstanding as the peer advertised it takes (its out_reads); as
+// responder, our own out_reads. A peer advertising none gets the default.
+func perfConnectOptions(my, rem *perftest.Dest) roce.ConnectOptions {
+	return roce.ConnectOptions{MaxRdAtomic: uint8(min(rem.OutReads, 128)), MaxDestRdAtomic: uint8(min(my.OutReads, 128))}
+}
+
 // connect brings every QP to RTS towards the peer's.
 func (r *perfRun) connect(ctx context.Context) error {
 	var mine, theirs [16]byte = r.my[0].GID, r.rem[0].GID
@@ -466,11 +473,12 @@ func (r *perfRun) connect(ctx context.Context) error {
 		return errors.New("found incompatibility issue with GID types (one side IPv4, the other IPv6): use the same IP version on both (-x)")
 	}
 	for i, p := range r.qps {
-		local := roce.Endpoint{QPN: r.my[i].QPN, PSN: r.my[i].PSN}
+		// Send from the GID we advertised (the peer checks it).
+		local := roce.Endpoint{QPN: r.my[i].QPN, PSN: r.my[i].PSN, GID: netip.AddrFrom16(r.my[i].GID)}
 		remote := roce.Endpoint{LID: r.rem[i].LID, QPN: r.rem[i].QPN, PSN: r.rem[i].PSN, MTU: r.mtu}
 		remote.GID = netip.AddrFrom16(r.rem[i].GID)
 		cctx, cancel := context.WithTimeout(ctx, r.o.timeout)
-		err := p.qp.Connect(cctx, local, remote, roce.ConnectOptions{MaxRdAtomic: 16})
+		err := p.qp.Connect(cctx, local, remote, perfConnectOptions(&r.my[i], &r.rem[i]))
 		if err == nil && r.o.conn == "UD" {
 			var av roce.AddressVector
 			av, err = r.dev.Resolve(cctx, remote.GID)

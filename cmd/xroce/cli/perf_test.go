@@ -182,3 +182,18 @@ func TestReceiverRate(t *testing.T) {
 		}
 	}
 }
+
+// TestPerfConnectOptions: as perftest, the requester's read/atomic depth
+// is the peer's advertised out_reads, the responder's our own.
+func TestPerfConnectOptions(t *testing.T) {
+	for _, c := range []struct {
+		my, rem        uint16
+		wantRd, wantDR uint8
+	}{{16, 16, 16, 16}, {16, 4, 4, 16}, {2, 16, 16, 2}, {16, 0, 0, 16}, {16, 1000, 128, 16}} {
+		o := perfConnectOptions(&perftest.Dest{OutReads: c.my}, &perftest.Dest{OutReads: c.rem})
+		if o.MaxRdAtomic != c.wantRd || o.MaxDestRdAtomic != c.wantDR {
+			t.Errorf("out_reads %d here, %d there: max_rd_atomic %d, max_dest_rd_atomic %d; want %d, %d",
+				c.my, c.rem, o.MaxRdAtomic, o.MaxDestRdAtomic, c.wantRd, c.wantDR)
+		}
+	}
+}

@@ -224,7 +224,7 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 		return fmt.Errorf("pingpong: -m %d is above the RoCE MTU of %s (%d bytes, from its MTU %d): use -m %d or raise the interface MTU",
 			o.mtu, dev.Info().Name, dev.Info().ActiveMTU.Bytes(), dev.Info().MTU, dev.Info().ActiveMTU.Bytes())
 	}
-	opts := roce.ConnectOptions{MaxRdAtomic: 1} // rc_pingpong's max_rd_atomic and max_dest_rd_atomic
+	opts := ppConnectOptions()
 	local, err := localEndpoint(dev, s.qp, o.gid)
 	if err != nil {
 		return fmt.Errorf("pingpong: %w", err)
@@ -257,6 +257,12 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 		}
 	}
 	return nil
+}
+
+// ppConnectOptions are rc_pingpong's attributes: max_rd_atomic and
+// max_dest_rd_atomic 1, and hop limit 1 in the address vector.
+func ppConnectOptions() roce.ConnectOptions {
+	return roce.ConnectOptions{MaxRdAtomic: 1, MaxDestRdAtomic: 1, HopLimit: 1}
 }
 
 // localEndpoint describes q (if not nil) for its peer: QPN, a random PSN, the GID of
@@ -398,6 +404,7 @@ func (s *ppSide) exchange(ctx context.Context, local roce.Endpoint, opts roce.Co
 			if err != nil {
 				return fmt.Errorf("pingpong: cannot reach %v: %w", remote.GID, err)
 			}
+			av.HopLimit = opts.HopLimit // ud_pingpong's address handle: hop limit 1
 			s.av, s.rqpn = &av, remote.QPN
 		}
 		return nil

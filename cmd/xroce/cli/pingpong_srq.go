@@ -187,7 +187,7 @@ func (s *srqSide) exchange(ctx context.Context, local []roce.Endpoint) ([]roce.E
 				return fmt.Errorf("pingpong: the peer at %s sent no GID: give it one with -g", peer)
 			}
 			r.MTU = mtuFromBytes(o.mtu)
-			if err := q.Connect(ctx, local[i], r, roce.ConnectOptions{MaxRdAtomic: 1}); err != nil {
+			if err := q.Connect(ctx, local[i], r, ppConnectOptions()); err != nil {
 				return fmt.Errorf("pingpong: cannot connect QP %#x to %v: %w", q.QPN(), r.GID, err)
 			}
 		}
