@@ -1,0 +1,256 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/roce"
+)
+
+// vethEnv is a veth pair between two new namespaces with a device on each
+// end and a stream Listener in B.
+type vethEnv struct {
+	p      *netns.Pair
+	da, db *roce.Device
+	ln     *Listener
+	addr   string // the listener's side channel, in B
+}
+
+func newVeth(t testing.TB, cfg Config) *vethEnv {
+	t.Helper()
+	e := &vethEnv{p: netns.NewT(t, netns.Config{MTU: 1500})}
+	for i, h := range []*netns.Host{e.p.A, e.p.B} {
+		var d *roce.Device
+		err := h.Do(func() error {
+			var err error
+			d, err = roce.Open(h.Ifname, roce.Config{Datapath: roce.DatapathXDP})
+			if err != nil || i == 0 {
+				return err
+			}
+			e.ln, err = cfg.Listen(d, net.JoinHostPort(h.IP.String(), "0"))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("open %s: %v", h.Ifname, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if i == 0 {
+			e.da = d
+		} else {
+			e.db = d
+		}
+	}
+	t.Cleanup(func() { e.ln.Close() })
+	e.addr = e.ln.Addr().String()
+	return e
+}
+
+// dial connects from A; the side channel's socket is made in A's namespace.
+func (e *vethEnv) dial(ctx context.Context, cfg Config) (*Conn, error) {
+	var c *Conn
+	err := e.p.A.Do(func() error {
+		var err error
+		c, err = cfg.Dial(ctx, e.da, e.addr)
+		return err
+	})
+	return c, err
+}
+
+func (e *vethEnv) pair(t testing.TB, cfg Config) (*Conn, *Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := e.ln.Accept()
+		ch <- res{c, err}
+	}()
+	a, err := e.dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("accept: %v", r.err)
+	}
+	b := r.c.(*Conn)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestVethDialListen(t *testing.T) {
+	e := newVeth(t, Config{})
+	a, b := e.pair(t, Config{})
+	if a.RemoteAddr().String() != e.addr || a.RemoteAddr().Network() != "xroce" {
+		t.Errorf("RemoteAddr %v (%s), want %s", a.RemoteAddr(), a.RemoteAddr().Network(), e.addr)
+	}
+	if b.LocalAddr().String() != e.addr {
+		t.Errorf("LocalAddr %v, want %s", b.LocalAddr(), e.addr)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		transfer(t, a, b, 16<<20, 200<<10, 100<<10, 11)
+	}()
+	transfer(t, b, a, 4<<20, 3000, 5000, 12)
+	wg.Wait()
+	t.Logf("a %+v", a.Stats())
+}
+
+// A Dial to a port with no listener fails, and the listener's Close ends
+// Accept with net.ErrClosed.
+func TestVethRefused(t *testing.T) {
+	e := newVeth(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	e.p.A.Do(func() error {
+		_, err = Dial(ctx, e.da, net.JoinHostPort(e.p.B.IP.String(), "1"))
+		return nil
+	})
+	if err == nil {
+		t.Errorf("dial to a closed port succeeded")
+	}
+	e.ln.Close()
+	if _, err := e.ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// An unmodified net/http server and client over streams. XROCE_STREAM_HTTP
+// sets the body size in MiB (default 16; 1024 for the 1 GiB).
+func TestVethHTTP(t *testing.T) {
+	size := 16 << 20
+	if v := os.Getenv("XROCE_STREAM_HTTP"); v != "" {
+		mib, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size = mib << 20
+	}
+	e := newVeth(t, Config{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			buf := make([]byte, 256<<10)
+			for i := range buf {
+				buf[i] = byte(i * 13)
+			}
+			for left := size; left > 0; left -= len(buf) {
+				if _, err := w.Write(buf[:min(left, len(buf))]); err != nil {
+					return
+				}
+			}
+		case http.MethodPost:
+			h := sha256.New()
+			n, _ := io.Copy(h, r.Body)
+			fmt.Fprintf(w, "%d %x", n, h.Sum(nil))
+		}
+	})}
+	go srv.Serve(e.ln)
+	t.Cleanup(func() { srv.Close() })
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return e.dial(ctx, Config{})
+	}}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
+	start := time.Now()
+	resp, err := cl.Get("http://" + e.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 256<<10)
+	for i := range want {
+		want[i] = byte(i * 13)
+	}
+	buf := make([]byte, 256<<10)
+	got := 0
+	for {
+		n, err := io.ReadFull(resp.Body, buf)
+		if !bytes.Equal(buf[:n], want[:n]) {
+			t.Fatalf("body differs after %d bytes", got)
+		}
+		got += n
+		if err != nil {
+			break
+		}
+	}
+	resp.Body.Close()
+	el := time.Since(start)
+	if got != size {
+		t.Fatalf("GET: %d bytes, want %d", got, size)
+	}
+	t.Logf("GET %d MiB in %v: %.2f Gbit/s", size>>20, el, float64(size)*8/el.Seconds()/1e9)
+
+	body := bytes.Repeat([]byte("posted "), 300000)
+	resp, err = cl.Post("http://"+e.addr+"/", "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if w := fmt.Sprintf("%d %x", len(body), sha256.Sum256(body)); string(reply) != w {
+		t.Fatalf("POST reply %q, want %q", reply, w)
+	}
+}
+
+// io.Copy from a file into a stream and from the stream into a file.
+func TestVethCopyFile(t *testing.T) {
+	e := newVeth(t, Config{})
+	a, b := e.pair(t, Config{})
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	data := make([]byte, 8<<20+12345)
+	for i := range data {
+		data[i] = byte(i ^ i>>9)
+	}
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		f, err := os.Open(src)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		_, err = io.Copy(a, f)
+		errc <- errors.Join(err, a.CloseWrite())
+	}()
+	dst, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(dst, b)
+	dst.Close()
+	if err != nil || n != int64(len(data)) {
+		t.Fatalf("io.Copy to file: %d, %v; want %d", n, err, len(data))
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "dst"))
+	if !bytes.Equal(got, data) {
+		t.Fatalf("file copied over the stream differs")
+	}
+}
