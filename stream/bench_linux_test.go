@@ -97,7 +97,7 @@ func BenchmarkVethThroughput(b *testing.B) {
 				sec := b.Elapsed().Seconds()
 				total := float64(b.N) * float64(size)
 				b.ReportMetric(total*8/sec/1e9, "Gbit/s")
-				b.ReportMetric((cpuTime() - cpu).Seconds()/(total/1e9), "cpu-s/GB")
+				b.ReportMetric((cpuTime()-cpu).Seconds()/(total/1e9), "cpu-s/GB")
 			})
 		})
 	}
