@@ -32,8 +32,8 @@
 //
 // kind: 0 DATA (the payload was written into the receiver's ring at the
 // ring's tail), 1 CREDIT (no payload), 2 FIN (no payload: the sender will
-// send no more data, CloseWrite), 3..7 reserved (3 will be the direct
-// path's ADVERT and 4 its DONE). Every message carries credits back to its
+// send no more data, CloseWrite), 3..7 reserved for the direct path
+// (ADVERT, DIRECT, DECLINE, WITHDRAW; see below). Every message carries credits back to its
 // receiver: how many receive requests the sender has re-posted (at most
 // 127) and how many ring bytes its reader has consumed (at most 4 MiB - 1)
 // since it last said so.
@@ -86,16 +86,45 @@
 //
 // # The direct path (designed, not yet built)
 //
-// A Read with a buffer of at least Config.DirectThreshold bytes, on an
-// empty ring, registers that buffer (through the registration cache) and
-// sends ADVERT (address, rkey and length in a SEND payload slot). A writer
-// that holds an ADVERT and has nothing queued in the ring (its mirror tail
-// equals the peer's consumed position, so everything earlier was read) may
-// write straight into the advertised buffer with RDMA WRITE and ends the
-// transfer with DONE(byte count); the reader returns that count. Order is
-// kept because a direct transfer starts only when no indirect bytes are
-// outstanding, and the reader withdraws an advert (and the writer must
-// acknowledge the withdrawal before the reader returns) when ring data
-// arrives first. Small or early writes thus go through the ring for
-// latency; large reads that wait go direct for bandwidth and CPU.
+// Nothing below is implemented yet: every byte goes through the ring
+// (Stats.DirectBytes is 0). The design, for the next step:
+//
+//   - Receive requests get a 32-byte slot each in a control region, so
+//     that SEND WITH IMMEDIATE messages can carry a payload; DATA, CREDIT
+//     and FIN stay RDMA WRITE WITH IMMEDIATE, whose payload ignores the
+//     slot.
+//   - ADVERT (kind 3, a SEND): a Read with len(p) >= Config.DirectThreshold
+//     that finds the ring empty, with no FIN and no advert outstanding,
+//     registers p (a small per-connection cache of regions, released on
+//     Close, since roce's registration cache lives only while a region is
+//     registered) and sends {addr, rkey, len, head}, head being the ring
+//     position the reader has consumed.
+//   - The writer's pump answers every ADVERT. If the writer has sent ring
+//     bytes beyond head (they were in flight when the advert was made), it
+//     sends DECLINE (kind 5) at once: RC order puts DECLINE behind those
+//     bytes, so the reader finds them in the ring when it sees DECLINE.
+//     Otherwise it keeps the advert, and its next Write (or the rest of the
+//     current one) goes first into the advertised buffer with one RDMA
+//     WRITE WITH IMMEDIATE of kind DIRECT (4) and ByteLen n <= len, from
+//     the writer's own buffer registered the same way (zero copies at both
+//     ends); the advert is then used up and later bytes go to the ring.
+//   - The reader, with an advert outstanding, returns only after DIRECT
+//     (n bytes are in p) or DECLINE (then it copies from the ring). It never
+//     returns while the writer may still write into p: a Read deadline or a
+//     Close sends WITHDRAW (kind 6), which the writer's pump answers with
+//     DECLINE unless its DIRECT was posted first; Close may instead destroy
+//     the QP, after which nothing can arrive.
+//   - Exactly-once and order: the writer uses an advert only when no ring
+//     bytes are unaccounted for (sent == head of the advert), and after it
+//     the ring resumes at the same position, so the byte sequence is the
+//     ring bytes up to head, the DIRECT bytes, then the ring again.
+//     Both sides writing at once is unaffected: adverts, declines and
+//     withdrawals are messages under the same credit rules (an ADVERT
+//     needs two credits like DATA; DECLINE may use the last one, like
+//     CREDIT, as it always returns the advert's receive request).
+//   - The decision: small or early writes find no advert and go to the
+//     ring (lowest latency); a reader that waits with a large buffer gets
+//     DIRECT for bulk (bandwidth, no receive-side copy). A writer may also
+//     hold a large Write briefly (a few µs) when the ring is full and an
+//     advert is likely, as EXS does; that heuristic is left to measure.
 package stream
