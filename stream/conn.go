@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,10 @@ type Conn struct {
 	ring, stage  []byte
 	ringMR       *roce.MR
 	stageMR      *roce.MR
+	rctl, sctl   []byte   // receive and send slots of control payloads
+	rctlMR       *roce.MR // rctl, for receive requests
+	sctlMR       *roce.MR // sctl, for ADVERT sends
+	released     chan struct{}
 	peerAddr     uint64
 	peerKey      uint32
 	laddr, raddr Addr
@@ -76,17 +81,30 @@ type Conn struct {
 	msgCredits int    // receive requests the peer has for us
 	sendsOut   int    // posted sends not yet completed
 	finSent    bool
-	err        error // the QP failed
-	closed     bool
-	rdl, wdl   time.Time
-	stats      Stats
+	posts      uint64 // sends posted
+	completed  uint64 // send completions
+	// Direct path, reader side: an ADVERT is outstanding for advMR until
+	// the writer answers with DIRECT (directN bytes) or DECLINE.
+	advOut, declined, withdrawSent bool
+	advMR                          *roce.MR
+	directN                        int
+	// Direct path, writer side: the peer's advert held, and a DECLINE
+	// owed to it.
+	haveAdv, declineOwed bool
+	peerAdv              advert
+	err                  error // the QP failed
+	closed               bool
+	rdl, wdl             time.Time
+	stats                Stats
 }
 
 // Stats are a connection's counters.
 type Stats struct {
 	BytesWritten, BytesRead uint64 // payload bytes
 	IndirectBytes           uint64 // bytes sent through the peer's ring
-	DirectBytes             uint64 // bytes sent into advertised buffers (0: not built yet)
+	DirectBytes             uint64 // bytes sent into advertised buffers
+	DirectReads             uint64 // Reads that the peer filled directly
+	Adverts, Declines       uint64 // ADVERTs sent, DECLINEs received
 	DataMsgs, CreditMsgs    uint64 // messages sent
 	WriteWaits              uint64 // times a Write waited for credits
 }
@@ -140,17 +158,18 @@ func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "xroce", Source: c.laddr, Addr: c.raddr, Err: err}
 }
 
-// postLocked sends one message of kind with n bytes from staging offset
-// off (n may be 0), returning owed credits with it.
-func (c *Conn) postLocked(kind uint32, off, n int) error {
+// advert is a reader's buffer offered to the writer.
+type advert struct {
+	addr    uint64
+	rkey, n uint32
+	head    uint64 // the reader's ring position when it advertised
+}
+
+// postLocked posts wr as a message of kind, returning owed credits with
+// it; ringBytes is how far it advances the peer's ring.
+func (c *Conn) postLocked(kind uint32, wr roce.SendWR, ringBytes int) error {
 	m, b := min(c.owedMsgs, maxMsgCredit), min(c.owedBytes, maxByteCredit)
-	wr := roce.SendWR{
-		ID: c.sent + uint64(n), Opcode: roce.WRRDMAWriteWithImm, Imm: encodeImm(kind, m, b),
-		RemoteAddr: c.peerAddr + uint64(off), RKey: c.peerKey,
-	}
-	if n > 0 {
-		wr.SGL = []roce.SGE{c.stageMR.SGE(off, n)}
-	}
+	wr.ID, wr.Imm = c.sent+uint64(ringBytes), encodeImm(kind, m, b)
 	if err := c.qp.PostSend(&wr); err != nil {
 		return err
 	}
@@ -158,13 +177,47 @@ func (c *Conn) postLocked(kind uint32, off, n int) error {
 	c.owedBytes -= b
 	c.msgCredits--
 	c.sendsOut++
-	c.sent += uint64(n)
-	if kind == kindCredit {
-		c.stats.CreditMsgs++
-	} else {
+	c.posts++
+	c.sent += uint64(ringBytes)
+	switch kind {
+	case kindData, kindDirect:
 		c.stats.DataMsgs++
+	default:
+		c.stats.CreditMsgs++
 	}
 	return nil
+}
+
+// postEmptyLocked posts a message without payload.
+func (c *Conn) postEmptyLocked(kind uint32) error {
+	return c.postLocked(kind, roce.SendWR{Opcode: roce.WRRDMAWriteWithImm, RemoteAddr: c.peerAddr, RKey: c.peerKey}, 0)
+}
+
+// postRecv posts receive request i, with control slot i.
+func (c *Conn) postRecv(i int) error {
+	return c.qp.PostRecv(&roce.RecvWR{ID: recvID | uint64(i), SGL: []roce.SGE{c.rctlMR.SGE(i*slotSize, slotSize)}})
+}
+
+// canControlLocked says whether a message that returns credits (CREDIT,
+// DECLINE, WITHDRAW) may be sent now.
+func (c *Conn) canControlLocked() bool {
+	return c.err == nil && c.sendsOut < sendDepth && c.msgCredits >= 1 && (c.msgCredits > 1 || c.owedMsgs > 0)
+}
+
+// canDataLocked says whether a message that needs two credits may be sent.
+func (c *Conn) canDataLocked() bool {
+	return c.err == nil && c.sendsOut < sendDepth && c.msgCredits >= 2
+}
+
+// flushDeclineLocked sends an owed DECLINE when the credits allow.
+func (c *Conn) flushDeclineLocked() {
+	if c.declineOwed && c.canControlLocked() {
+		if err := c.postEmptyLocked(kindDecline); err != nil {
+			c.failLocked(err)
+			return
+		}
+		c.declineOwed = false
+	}
 }
 
 // maybeCreditLocked returns credits with a CREDIT message when a quarter
@@ -176,10 +229,10 @@ func (c *Conn) maybeCreditLocked() {
 	if c.owedMsgs < recvDepth/4 && int(c.owedBytes) < len(c.ring)/4 {
 		return
 	}
-	if c.sendsOut >= sendDepth || c.msgCredits < 1 || (c.msgCredits == 1 && c.owedMsgs == 0) {
+	if !c.canControlLocked() {
 		return
 	}
-	if err := c.postLocked(kindCredit, 0, 0); err != nil {
+	if err := c.postEmptyLocked(kindCredit); err != nil {
 		c.failLocked(err)
 	}
 }
@@ -212,6 +265,7 @@ func (c *Conn) pump(ctx context.Context) {
 		for i := range wcs[:n] {
 			c.handleLocked(&wcs[i])
 		}
+		c.flushDeclineLocked()
 		c.maybeCreditLocked()
 		c.broadcastLocked()
 		c.mu.Unlock()
@@ -222,6 +276,7 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 	recv := wc.ID&recvID != 0
 	if !recv {
 		c.sendsOut--
+		c.completed++
 	}
 	if wc.Status != roce.WCSuccess {
 		c.failLocked(fmt.Errorf("completion %v", wc.Status))
@@ -234,13 +289,34 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 	kind, m, b := decodeImm(wc.Imm)
 	c.msgCredits += int(m)
 	c.peerFreed += uint64(b)
+	slot := int(wc.ID &^ recvID)
 	switch kind {
 	case kindData:
 		c.tail += uint64(wc.ByteLen)
 	case kindFIN:
 		c.finRcvd = true
+	case kindDirect:
+		c.directN = int(wc.ByteLen)
+	case kindDecline:
+		c.declined = true
+		c.stats.Declines++
+	case kindAdvert:
+		b := c.rctl[slot*slotSize:]
+		a := advert{addr: binary.BigEndian.Uint64(b), rkey: binary.BigEndian.Uint32(b[8:]),
+			n: binary.BigEndian.Uint32(b[12:]), head: binary.BigEndian.Uint64(b[16:])}
+		// Ring bytes in flight when the reader advertised, or no more
+		// data: the advert goes back unused.
+		if a.head != c.sent || c.finSent || a.n == 0 {
+			c.declineOwed = true
+		} else {
+			c.peerAdv, c.haveAdv = a, true
+		}
+	case kindWithdraw:
+		if c.haveAdv {
+			c.haveAdv, c.declineOwed = false, true
+		}
 	}
-	if err := c.qp.PostRecv(&roce.RecvWR{ID: recvID}); err != nil {
+	if err := c.postRecv(slot); err != nil {
 		c.failLocked(err)
 		return
 	}
@@ -248,18 +324,60 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 }
 
 // Read reads from the stream; io.EOF after the peer's CloseWrite or Close
-// once everything it wrote was read.
+// once everything it wrote was read. With Config.DirectThreshold, a large
+// Read that finds nothing queued may be filled by the writer directly.
 func (c *Conn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	tried := false // an advert was tried in this call
 	for {
 		switch {
 		case c.closed:
+			if c.advOut {
+				// The peer may write into p until the QP is gone.
+				c.mu.Unlock()
+				<-c.released
+				c.mu.Lock()
+			}
 			return 0, c.opError("read", net.ErrClosed)
 		case len(p) == 0:
 			return 0, nil
+		case c.advOut && (c.directN > 0 || c.declined):
+			mr := c.advMR
+			c.advOut, c.advMR = false, nil
+			n := c.directN
+			c.directN, c.declined = 0, false
+			c.mu.Unlock()
+			mr.Sync()
+			mr.Dereg()
+			c.mu.Lock()
+			if n > 0 {
+				c.stats.BytesRead += uint64(n)
+				c.stats.DirectReads++
+				return n, nil
+			}
+			continue
+		case c.advOut && c.err != nil:
+			// The QP is in error: nothing more can land in p.
+			c.advMR.Dereg()
+			c.advOut, c.advMR = false, nil
+			return 0, c.opError("read", c.err)
+		case c.advOut:
+			dl := c.rdl
+			if expired(dl) {
+				if !c.withdrawSent && c.canControlLocked() {
+					if err := c.postEmptyLocked(kindWithdraw); err != nil {
+						c.failLocked(err)
+						continue
+					}
+					c.withdrawSent = true
+				}
+				dl = time.Time{} // wait for the answer
+			}
+			c.waitLocked(dl)
+			continue
 		case c.tail > c.head:
 		case c.finRcvd:
 			return 0, io.EOF
@@ -267,6 +385,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, c.opError("read", c.err)
 		case expired(c.rdl):
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		case !tried && c.cfg.DirectThreshold > 0 && len(p) >= c.cfg.DirectThreshold && c.canDataLocked():
+			tried = true
+			c.advertLocked(p)
+			continue
 		default:
 			c.waitLocked(c.rdl)
 			continue
@@ -286,6 +408,37 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.stats.BytesRead += uint64(n)
 	c.maybeCreditLocked()
 	return n, nil
+}
+
+// advertLocked registers p and sends an ADVERT for it, unless the state
+// changed meanwhile or registration fails (then the ring is used).
+func (c *Conn) advertLocked(p []byte) {
+	p = p[:min(len(p), maxByteCredit)]
+	c.mu.Unlock()
+	mr, err := c.pd.RegMR(p, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+	c.mu.Lock()
+	if err != nil {
+		return
+	}
+	if c.closed || c.tail > c.head || c.finRcvd || !c.canDataLocked() {
+		mr.Dereg()
+		return
+	}
+	slot := int(c.posts % sendDepth)
+	b := c.sctl[slot*slotSize:]
+	binary.BigEndian.PutUint64(b, mr.Addr())
+	binary.BigEndian.PutUint32(b[8:], mr.RKey())
+	binary.BigEndian.PutUint32(b[12:], uint32(len(p)))
+	binary.BigEndian.PutUint64(b[16:], c.head)
+	c.sctlMR.Sync()
+	err = c.postLocked(kindAdvert, roce.SendWR{Opcode: roce.WRSendWithImm, SGL: []roce.SGE{c.sctlMR.SGE(slot*slotSize, 24)}}, 0)
+	if err != nil {
+		mr.Dereg()
+		c.failLocked(err)
+		return
+	}
+	c.advOut, c.advMR, c.directN, c.declined, c.withdrawSent = true, mr, 0, false, false
+	c.stats.Adverts++
 }
 
 // maxMsg bounds one DATA message, so that credits flow while a large
@@ -314,8 +467,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 			case expired(c.wdl):
 				return done, c.opError("write", os.ErrDeadlineExceeded)
 			}
+			if c.haveAdv && c.canDataLocked() {
+				break
+			}
 			free = r - (c.sent - min(c.peerFreed, c.acked))
-			if free > 0 && c.msgCredits >= 2 && c.sendsOut < sendDepth {
+			if free > 0 && c.canDataLocked() {
 				break
 			}
 			if !waited {
@@ -323,21 +479,77 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			c.waitLocked(c.wdl)
 		}
+		if c.haveAdv {
+			n, err := c.writeDirectLocked(p[done:])
+			done += n
+			if err != nil {
+				return done, err
+			}
+			continue
+		}
 		off := c.sent % r
 		n := int(min(uint64(len(p)-done), free, r-off, maxMsg, r/4))
 		c.mu.Unlock()
 		copy(c.stage[off:], p[done:done+n])
 		c.stageMR.Sync()
 		c.mu.Lock()
-		if err := c.postLocked(kindData, int(off), n); err != nil {
+		wr := roce.SendWR{Opcode: roce.WRRDMAWriteWithImm, SGL: []roce.SGE{c.stageMR.SGE(int(off), n)},
+			RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
+		if err := c.postLocked(kindData, wr, n); err != nil {
 			c.failLocked(err)
 			return done, c.opError("write", c.err)
 		}
 		done += n
 		c.stats.BytesWritten += uint64(n)
 		c.stats.IndirectBytes += uint64(n)
+		if c.haveAdv {
+			// An advert taken while these bytes were being copied: they
+			// precede it, so it goes back (the reader waits for an
+			// answer even if no Write follows).
+			c.haveAdv, c.declineOwed = false, true
+			c.flushDeclineLocked()
+		}
 	}
 	return done, nil
+}
+
+// writeDirectLocked writes the start of p into the peer's advertised
+// buffer and waits until the WRITE completed, since p is used in place.
+// If p cannot be registered, the advert is declined and 0 returned.
+func (c *Conn) writeDirectLocked(p []byte) (int, error) {
+	a := c.peerAdv
+	c.haveAdv = false // from now on a WITHDRAW finds nothing to decline
+	if a.head != c.sent {
+		// Ring bytes went out after the advert was taken (a Write copying
+		// into staging meanwhile): they come first, so decline.
+		c.declineOwed = true
+		c.flushDeclineLocked()
+		return 0, nil
+	}
+	n := min(len(p), int(a.n))
+	c.mu.Unlock()
+	mr, err := c.pd.RegMR(p[:n], roce.AccessLocalWrite)
+	c.mu.Lock()
+	if err != nil {
+		c.declineOwed = true
+		c.flushDeclineLocked()
+		return 0, nil
+	}
+	defer mr.Dereg()
+	wr := roce.SendWR{Opcode: roce.WRRDMAWriteWithImm, SGL: []roce.SGE{mr.SGE(0, n)}, RemoteAddr: a.addr, RKey: a.rkey}
+	if err := c.postLocked(kindDirect, wr, 0); err != nil {
+		c.failLocked(err)
+		return 0, c.opError("write", c.err)
+	}
+	for mine := c.posts; c.completed < mine && c.err == nil; {
+		c.waitLocked(time.Time{})
+	}
+	if c.err != nil {
+		return 0, c.opError("write", c.err)
+	}
+	c.stats.BytesWritten += uint64(n)
+	c.stats.DirectBytes += uint64(n)
+	return n, nil
 }
 
 // CloseWrite shuts down the writing side: the peer reads io.EOF after
@@ -355,14 +567,18 @@ func (c *Conn) CloseWrite() error {
 
 // finLocked sends FIN once, waiting for two message credits until dl.
 func (c *Conn) finLocked(dl time.Time) error {
+	if c.haveAdv {
+		c.haveAdv, c.declineOwed = false, true
+	}
 	for !c.finSent {
+		c.flushDeclineLocked()
 		switch {
 		case c.err != nil:
 			return c.opError("close", c.err)
 		case expired(dl):
 			return c.opError("close", os.ErrDeadlineExceeded)
-		case c.msgCredits >= 2 && c.sendsOut < sendDepth:
-			if err := c.postLocked(kindFIN, 0, 0); err != nil {
+		case !c.declineOwed && c.canDataLocked():
+			if err := c.postEmptyLocked(kindFIN); err != nil {
 				c.failLocked(err)
 				continue
 			}
@@ -418,9 +634,21 @@ func (c *Conn) release() {
 		if c.cq != nil {
 			c.cq.Destroy()
 		}
+		c.mu.Lock()
+		if c.advMR != nil {
+			c.advMR.Dereg()
+			c.advMR = nil
+		}
+		c.mu.Unlock()
+		for _, m := range []*roce.MR{c.rctlMR, c.sctlMR} {
+			if m != nil {
+				m.Dereg()
+			}
+		}
 		if c.pd != nil {
 			c.pd.Dealloc()
 		}
+		close(c.released)
 	})
 }
 

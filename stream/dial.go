@@ -21,6 +21,11 @@ type Config struct {
 	// Linger bounds how long Close and CloseWrite wait for credits and
 	// acknowledgements; 0 means 5 s.
 	Linger time.Duration
+	// DirectThreshold turns the direct path on: a Read of at least this
+	// many bytes that finds nothing queued advertises its buffer for the
+	// writer to fill with RDMA WRITE. 0 means off (everything through the
+	// ring). Experimental.
+	DirectThreshold int
 	// HandshakeTimeout bounds Accept's setup of one connection; 0 means
 	// 10 s. Dial is bounded by its context.
 	HandshakeTimeout time.Duration
@@ -152,7 +157,8 @@ func setup(ctx context.Context, d *roce.Device, tc net.Conn, client bool, cfg Co
 		return nil, fmt.Errorf("%w: %q", ErrBadHello, peer[:])
 	}
 
-	c := &Conn{cfg: cfg, ring: make([]byte, cfg.RingSize), stage: make([]byte, peerRing)}
+	c := &Conn{cfg: cfg, ring: make([]byte, cfg.RingSize), stage: make([]byte, peerRing),
+		rctl: make([]byte, recvDepth*slotSize), sctl: make([]byte, sendDepth*slotSize), released: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			c.release()
@@ -170,8 +176,14 @@ func setup(ctx context.Context, d *roce.Device, tc net.Conn, client bool, cfg Co
 	if c.stageMR, err = c.pd.RegMR(c.stage, roce.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	if c.rctlMR, err = c.pd.RegMR(c.rctl, roce.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if c.sctlMR, err = c.pd.RegMR(c.sctl, roce.AccessLocalWrite); err != nil {
+		return nil, err
+	}
 	c.qp, err = c.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: c.cq, RecvCQ: c.cq,
-		MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1, SignalAll: true})
+		MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1, MaxInline: 0, SignalAll: true})
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +198,8 @@ func setup(ctx context.Context, d *roce.Device, tc net.Conn, client bool, cfg Co
 	if err != nil {
 		return nil, err
 	}
-	for range recvDepth {
-		if err := c.qp.PostRecv(&roce.RecvWR{ID: recvID}); err != nil {
+	for i := range recvDepth {
+		if err := c.postRecv(i); err != nil {
 			return nil, err
 		}
 	}

@@ -84,10 +84,10 @@
 // fail with errors wrapping net.ErrClosed; after a deadline, with errors
 // wrapping os.ErrDeadlineExceeded (and Timeout() true), as net does.
 //
-// # The direct path (designed, not yet built)
+// # The direct path (Config.DirectThreshold; off by default)
 //
-// Nothing below is implemented yet: every byte goes through the ring
-// (Stats.DirectBytes is 0). The design, for the next step:
+// Built and tested on the in-memory link, off unless DirectThreshold is
+// set (experimental until measured on veth):
 //
 //   - Receive requests get a 32-byte slot each in a control region, so
 //     that SEND WITH IMMEDIATE messages can carry a payload; DATA, CREDIT
@@ -95,10 +95,11 @@
 //     slot.
 //   - ADVERT (kind 3, a SEND): a Read with len(p) >= Config.DirectThreshold
 //     that finds the ring empty, with no FIN and no advert outstanding,
-//     registers p (a small per-connection cache of regions, released on
-//     Close, since roce's registration cache lives only while a region is
-//     registered) and sends {addr, rkey, len, head}, head being the ring
-//     position the reader has consumed.
+//     registers p (for this Read only; a per-connection cache of regions
+//     is left to do, since roce's registration cache lives only while a
+//     region is registered) and sends {addr, rkey, len, head} (24 bytes,
+//     big-endian) in a SEND WITH IMMEDIATE, head being the ring position
+//     the reader has consumed.
 //   - The writer's pump answers every ADVERT. If the writer has sent ring
 //     bytes beyond head (they were in flight when the advert was made), it
 //     sends DECLINE (kind 5) at once: RC order puts DECLINE behind those
@@ -107,7 +108,9 @@
 //     current one) goes first into the advertised buffer with one RDMA
 //     WRITE WITH IMMEDIATE of kind DIRECT (4) and ByteLen n <= len, from
 //     the writer's own buffer registered the same way (zero copies at both
-//     ends); the advert is then used up and later bytes go to the ring.
+//     ends; the Write waits for that WRITE's completion as it uses the
+//     caller's memory in place); the advert is then used up and later
+//     bytes go to the ring.
 //   - The reader, with an advert outstanding, returns only after DIRECT
 //     (n bytes are in p) or DECLINE (then it copies from the ring). It never
 //     returns while the writer may still write into p: a Read deadline or a
@@ -117,7 +120,9 @@
 //   - Exactly-once and order: the writer uses an advert only when no ring
 //     bytes are unaccounted for (sent == head of the advert), and after it
 //     the ring resumes at the same position, so the byte sequence is the
-//     ring bytes up to head, the DIRECT bytes, then the ring again.
+//     ring bytes up to head, the DIRECT bytes, then the ring again. A
+//     Write that was copying into staging when its pump took the advert
+//     posts those ring bytes, then declines the advert (they come first).
 //     Both sides writing at once is unaffected: adverts, declines and
 //     withdrawals are messages under the same credit rules (an ADVERT
 //     needs two credits like DATA; DECLINE may use the last one, like

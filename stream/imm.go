@@ -2,10 +2,17 @@ package stream
 
 // Message kinds, the top three bits of the immediate.
 const (
-	kindData   = 0 // payload written at the receiver's ring tail
-	kindCredit = 1 // credits only
-	kindFIN    = 2 // no more data from the sender
+	kindData     = 0 // payload written at the receiver's ring tail
+	kindCredit   = 1 // credits only
+	kindFIN      = 2 // no more data from the sender
+	kindAdvert   = 3 // SEND: a reader's buffer {addr, rkey, len, head}
+	kindDirect   = 4 // payload written into the advertised buffer
+	kindDecline  = 5 // the advert is returned unused
+	kindWithdraw = 6 // the reader asks for its advert back
 )
+
+// slotSize is the payload room of each receive request and control send.
+const slotSize = 32
 
 const (
 	maxMsgCredit  = 1<<7 - 1  // receive requests one message can return

@@ -301,3 +301,75 @@ func TestPipePeerCrash(t *testing.T) {
 		t.Fatalf("read after reset: %v, want ErrReset", err)
 	}
 }
+
+// The direct path: large reads are advertised and filled in place, small
+// writes still go through the ring; the byte sequence is exact across the
+// switches, in both directions at once and under loss.
+func TestPipeDirect(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		f       link.Faults
+		connect roce.ConnectOptions
+	}{
+		{"clean", link.Faults{}, roce.ConnectOptions{}},
+		// Short ACK timeout for speed, so retry forever: go-back-N on
+		// 600 KiB DIRECT writes at 2% loss may take more than 7 tries
+		// under the race detector.
+		{"lossy", link.Faults{Loss: 0.02, Duplicate: 0.01, Reorder: 0.01}, roce.ConnectOptions{Timeout: 10, RetryCnt: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			da, db := pipeDevices(t, tc.f, 7)
+			cfg := Config{RingSize: 64 << 10, DirectThreshold: 16 << 10, Connect: tc.connect, Linger: time.Second}
+			a, b := pair(t, da, db, cfg)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				transfer(t, a, b, 8<<20, 300<<10, 600<<10, 21)
+			}()
+			transfer(t, b, a, 4<<20, 40<<10, 64<<10, 22)
+			wg.Wait()
+			transfer(t, a, b, 1<<20, 100, 32<<10, 23) // small writes, large reads
+			sa, sb := a.Stats(), b.Stats()
+			t.Logf("a %+v", sa)
+			t.Logf("b %+v", sb)
+			if sa.DirectBytes == 0 || sb.DirectReads == 0 {
+				t.Errorf("nothing went direct: a %+v, b %+v", sa, sb)
+			}
+			if sa.IndirectBytes == 0 {
+				t.Errorf("nothing went through the ring")
+			}
+		})
+	}
+}
+
+// A Read deadline with an advert outstanding withdraws it; the stream
+// stays exact afterwards, and CloseWrite declines a held advert.
+func TestPipeDirectDeadline(t *testing.T) {
+	da, db := pipeDevices(t, link.Faults{}, 0)
+	a, b := pair(t, da, db, Config{DirectThreshold: 4 << 10})
+	for range 3 {
+		b.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, err := b.Read(make([]byte, 64<<10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read: %v, want deadline", err)
+		}
+	}
+	b.SetReadDeadline(time.Time{})
+	transfer(t, a, b, 2<<20, 100<<10, 100<<10, 31)
+	// b advertises, then a's CloseWrite must decline before FIN.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Read(make([]byte, 64<<10))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := a.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != io.EOF {
+		t.Fatalf("read after CloseWrite with an advert: %v, want EOF", err)
+	}
+	if s := b.Stats(); s.Adverts == 0 || s.Declines == 0 {
+		t.Errorf("stats %+v: want adverts and declines", s)
+	}
+}
