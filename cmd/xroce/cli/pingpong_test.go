@@ -99,7 +99,7 @@ func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
 // results.
 func clientServer(t *testing.T, p *netns.Pair, port int, server, client []string) (rs, rc result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
 	defer cancel()
 	sc := runIn(ctx, p.B, server...)
 	waitListen(t, p.B, port, sc)
