@@ -591,8 +591,9 @@ func (c *Conn) finLocked(dl time.Time) error {
 }
 
 // Close sends FIN after everything written, waits at most Config.Linger
-// for the peer to acknowledge it all, then frees the connection. Blocked
-// Reads and Writes return errors wrapping net.ErrClosed.
+// for the peer to acknowledge it all, then frees the connection (in the
+// background, after the peer's FIN or a second, if it has not come).
+// Blocked Reads and Writes return errors wrapping net.ErrClosed.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -610,11 +611,29 @@ func (c *Conn) Close() error {
 	for c.err == nil && c.sendsOut > 0 && !expired(dl) {
 		c.waitLocked(dl)
 	}
+	finWait := c.err == nil && !c.finRcvd
 	c.mu.Unlock()
 	c.wmu.Unlock()
-	c.release()
+	if !finWait {
+		c.release()
+		return err
+	}
+	// As TCP's FIN_WAIT: the QP stays a moment after Close returns, so
+	// that the peer's own FIN (and credits) are acknowledged rather than
+	// retried into a reset when both ends close at once.
+	go func() {
+		c.mu.Lock()
+		for dl := time.Now().Add(finWait2); c.err == nil && !c.finRcvd && !expired(dl); {
+			c.waitLocked(dl)
+		}
+		c.mu.Unlock()
+		c.release()
+	}()
 	return err
 }
+
+// finWait2 is how long a closed connection waits for the peer's FIN.
+const finWait2 = time.Second
 
 // release stops the pump and frees the verbs resources.
 func (c *Conn) release() {

@@ -156,7 +156,8 @@ func TestPipeLossy(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			f := link.Faults{Loss: 0.02, Duplicate: 0.01, Reorder: 0.01, Corrupt: 0.005}
 			da, db := pipeDevices(t, f, seed*10)
-			a, b := pair(t, da, db, Config{RingSize: 64 << 10, Connect: roce.ConnectOptions{Timeout: 10}})
+			// Short ACK timeout for speed, so retry forever (7 tries may not do under the race detector).
+			a, b := pair(t, da, db, Config{RingSize: 64 << 10, Linger: time.Second, Connect: roce.ConnectOptions{Timeout: 10, RetryCnt: 7}})
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
