@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/xroce/xroce/roce"
@@ -86,11 +87,21 @@ func (cfg Config) Dial(ctx context.Context, d *roce.Device, addr string) (*Conn,
 }
 
 // Listener accepts stream connections; it implements net.Listener. Its
-// methods are safe for concurrent use.
+// methods are safe for concurrent use. Side channels are set up
+// concurrently (each within Config.HandshakeTimeout), so a slow client does
+// not hold up the others.
 type Listener struct {
-	d   *roce.Device
-	cfg Config
-	ln  net.Listener
+	d     *roce.Device
+	cfg   Config
+	ln    net.Listener
+	conns chan *Conn
+	done  chan struct{} // closed by Close
+	once  sync.Once
+
+	// mu guards err, the TCP listener's failure; failed is closed then.
+	mu     sync.Mutex
+	err    error
+	failed chan struct{}
 }
 
 // Listen listens on the TCP address addr for side channels, with the
@@ -109,30 +120,70 @@ func (cfg Config) Listen(d *roce.Device, addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Listener{d: d, cfg: cfg, ln: ln}, nil
+	l := &Listener{d: d, cfg: cfg, ln: ln, conns: make(chan *Conn), done: make(chan struct{}), failed: make(chan struct{})}
+	go l.loop()
+	return l, nil
 }
 
-// Accept waits for a connection and sets it up. A side channel whose setup
-// fails is dropped and the next one awaited; errors of the TCP listener
-// (net.ErrClosed after Close) are returned.
-func (l *Listener) Accept() (net.Conn, error) {
+// loop accepts side channels and sets each up on its own goroutine.
+func (l *Listener) loop() {
 	for {
 		tc, err := l.ln.Accept()
 		if err != nil {
-			return nil, err
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			close(l.failed)
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.HandshakeTimeout)
-		c, err := setup(ctx, l.d, tc, false, l.cfg)
-		cancel()
-		tc.Close()
-		if err == nil {
-			return c, nil
-		}
+		go func() {
+			defer tc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.HandshakeTimeout)
+			defer cancel()
+			c, err := setup(ctx, l.d, tc, false, l.cfg)
+			if err != nil {
+				return // a failed setup is dropped
+			}
+			select {
+			case l.conns <- c:
+			case <-l.done:
+				c.Close()
+			}
+		}()
 	}
 }
 
-// Close stops listening; established connections stay.
-func (l *Listener) Close() error { return l.ln.Close() }
+// Accept waits for a connection that is set up. After Close it returns an
+// error wrapping net.ErrClosed; a failure of the TCP listener is returned
+// as is.
+func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, &net.OpError{Op: "accept", Net: "xroce", Addr: l.ln.Addr(), Err: net.ErrClosed}
+	case <-l.failed:
+		select {
+		case <-l.done:
+			return nil, &net.OpError{Op: "accept", Net: "xroce", Addr: l.ln.Addr(), Err: net.ErrClosed}
+		default:
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return nil, l.err
+	}
+}
+
+// Close stops listening; established connections stay, connections still
+// being set up are closed.
+func (l *Listener) Close() error {
+	err := net.ErrClosed
+	l.once.Do(func() {
+		close(l.done)
+		err = l.ln.Close()
+	})
+	return err
+}
 
 // Addr is the side channel's TCP address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }

@@ -276,3 +276,23 @@ func TestVethDirect(t *testing.T) {
 		t.Errorf("nothing went direct")
 	}
 }
+
+// A side channel that never speaks does not hold up other connections.
+func TestVethSilentClient(t *testing.T) {
+	e := newVeth(t, Config{HandshakeTimeout: 2 * time.Second})
+	var silent net.Conn
+	if err := e.p.A.Do(func() error {
+		var err error
+		silent, err = net.Dial("tcp", e.addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	start := time.Now()
+	a, b := e.pair(t, Config{})
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("setup took %v behind a silent client", el)
+	}
+	transfer(t, a, b, 1<<20, 64<<10, 64<<10, 51)
+}
