@@ -63,7 +63,12 @@ func exchange(t testing.TB, p *Pair, ipA, ipB netip.Addr, size int) {
 	cb := udpConn(t, p.B, ipB)
 	msg := bytes.Repeat([]byte{0xa5}, size)
 	copy(msg, p.A.Name)
-	if _, err := ca.WriteToUDPAddrPort(msg, cb.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
+	// A link-local destination's zone must name the sender's interface:
+	// B's interface name means nothing in A's namespace (and Go's zone
+	// cache, shared by all namespaces, may map it to another interface).
+	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	dst = netip.AddrPortFrom(dst.Addr().WithZone(ipA.Zone()), dst.Port())
+	if _, err := ca.WriteToUDPAddrPort(msg, dst); err != nil {
 		t.Fatalf("send A→B: %v", err)
 	}
 	buf := make([]byte, size+100)
