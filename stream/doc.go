@@ -76,8 +76,11 @@
 // CloseWrite waits until everything written was posted, then sends FIN;
 // the peer's Read returns io.EOF after the ring is drained. Close is
 // CloseWrite, then a wait (at most Config.Linger, 5 s) until every message
-// posted is acknowledged (RC ACKs mean it sits in the peer's memory), then
-// the QP and its resources go. A peer that vanishes is seen as a send
+// posted is acknowledged (RC ACKs mean it sits in the peer's memory); the
+// QP and its resources go once the peer's FIN came, or a second later in
+// the background (as TCP's FIN_WAIT: when both ends close at once, each
+// still acknowledges the other's FIN instead of letting it retry into a
+// reset). A peer that vanishes is seen as a send
 // completion error after the RC retries (Timeout 14, RetryCnt 6: about half
 // a second): reads and writes then fail with an error wrapping ErrReset.
 // After a local Close, calls
