@@ -515,7 +515,7 @@ cmp_fig() {
 		/#bytes.*BW average/ { bw = 1; next }
 		/#bytes.*t_typical/ { lat = 1; next }
 		bw && $1 ~ /^[0-9]+$/ && k == "bw" { print $4; exit }
-		lat && $1 ~ /^[0-9]+$/ && k == "lat" { print $5, $8; exit }' "$1"
+		lat && $1 ~ /^[0-9]+$/ && k == "lat" { print $5, $8; exit }' "$1" 2>/dev/null
 }
 
 # cmp_rxe NAME TEST ARGS...: ib_TEST between rxe0 (server) and rxe1 (client).
@@ -579,50 +579,61 @@ CMP_BW="write_bw:4096:2000 write_bw:65536:500 write_bw:1048576:50
 	read_bw:4096:2000 read_bw:65536:500 read_bw:1048576:50
 	send_bw:4096:2000 send_bw:65536:500 send_bw:1048576:50"
 CMP_LAT="write_lat:8:1000 send_lat:8:1000"
+CMP_REPEAT=3
+# cmp_stat FIGURES...: "median min max count" of numbers ("" when none).
+cmp_stat() {
+	printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR) printf "%s %s %s %d", v[int((NR + 1) / 2)], v[1], v[NR], NR }'
+}
+
 mode_compare() {
-	local t0 c t s n f r x
+	local t0 c t s n f k rep r x rs xs
 	t0=$(now)
 	veth_pair
 	xroce_netns
 	result compare.setup PASS "$t0" "rxe0/rxe1 on vethA/vethB (MTU $(cat /sys/class/net/vethA/mtu)); xroce on xa0/xb0 in namespaces xa/xb (MTU $(ip netns exec xa cat /sys/class/net/xa0/mtu)); IB MTU 1024 for both"
-	for c in $CMP_BW $CMP_LAT; do
-		IFS=: read -r t s n <<<"$c"
-		cmp_rxe "$t.s$s" "$t" -s "$s" -n "$n"
-	done
-	for c in $CMP_BW $CMP_LAT; do
-		IFS=: read -r t s n <<<"$c"
-		cmp_xroce "$t.s$s" "$t" -s "$s" -n "$n"
+	# Each test runs CMP_REPEAT times, rxe then xroce, so that the host's
+	# load swings hit both stacks alike; the table shows medians and ranges.
+	for rep in $(seq "$CMP_REPEAT"); do
+		for c in $CMP_BW $CMP_LAT; do
+			IFS=: read -r t s n <<<"$c"
+			cmp_rxe "$t.s$s.r$rep" "$t" -s "$s" -n "$n"
+			cmp_xroce "$t.s$s.r$rep" "$t" -s "$s" -n "$n"
+		done
 	done
 	f=/out/compare.md
-	# ratio(X): "N.NN×" (three decimals under 0.1); over 1, xroce is the better.
-	CMP_RATIO='function ratio(v) { return sprintf(v < 0.1 ? "%.3f×" : "%.2f×", v) } '
+	# row: one table row from "median min max" of rxe (rs) and xroce (xs);
+	# ratio over 1 means xroce is the better (inv=1: lower is better).
+	CMP_ROW='function fig(a, u) { return a[1] == "" ? "-" : sprintf("%s %s (%s–%s)%s", a[1], u, a[2], a[3], a[4] < '"$CMP_REPEAT"' ? ", " a[4] " of '"$CMP_REPEAT"' runs" : "") }
+		function ratio(p, q) { return (p > 0 && q > 0) ? sprintf(p / q < 0.1 ? "%.3f×" : "%.2f×", p / q) : "-" }'
 	{
-		echo "Bandwidth (MB/s, perftest's BW average): xroce/rxe over 1 means xroce is faster."
+		echo "Bandwidth: perftest's BW average in MB/s, median of $CMP_REPEAT runs (min–max); xroce/rxe over 1 means xroce is faster."
 		echo
-		echo "| test | size | iterations | rxe | xroce | xroce/rxe |"
+		echo "| test | size | iterations | rxe | xroce | xroce/rxe (medians) |"
 		echo "|---|---:|---:|---:|---:|---:|"
 		for c in $CMP_BW; do
 			IFS=: read -r t s n <<<"$c"
-			r=$(cmp_fig "/out/logs/compare.rxe.$t.s$s.client.txt" bw)
-			x=$(cmp_fig "/out/logs/compare.xroce.$t.s$s.client.txt" bw)
-			awk -v t="$t" -v s="$s" -v n="$n" -v r="$r" -v x="$x" "$CMP_RATIO"'BEGIN {
-				printf "| %s | %s | %s | %s MB/s | %s MB/s | %s |\n", t, s, n, r == "" ? "-" : r, x == "" ? "-" : x,
-					(r > 0 && x != "") ? ratio(x / r) : "-" }'
+			rs=$(cmp_stat $(for k in $(seq "$CMP_REPEAT"); do cmp_fig "/out/logs/compare.rxe.$t.s$s.r$k.client.txt" bw; done))
+			xs=$(cmp_stat $(for k in $(seq "$CMP_REPEAT"); do cmp_fig "/out/logs/compare.xroce.$t.s$s.r$k.client.txt" bw; done))
+			awk -v t="$t" -v s="$s" -v n="$n" -v rs="$rs" -v xs="$xs" "$CMP_ROW"'
+				BEGIN { split(rs, r, " "); split(xs, x, " ")
+					printf "| %s | %s | %s | %s | %s | %s |\n", t, s, n, fig(r, "MB/s"), fig(x, "MB/s"), ratio(x[1], r[1]) }'
 		done
 		echo
-		echo "Latency (microseconds, half a round trip: t_typical = p50, and the 99% percentile): rxe/xroce over 1 means xroce is faster."
+		echo "Latency: microseconds, half a round trip, median of $CMP_REPEAT runs (min–max) of t_typical (p50) and of the 99% percentile; rxe/xroce over 1 means xroce is faster."
 		echo
 		echo "| test | size | iterations | rxe p50 | xroce p50 | rxe/xroce p50 | rxe p99 | xroce p99 | rxe/xroce p99 |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 		for c in $CMP_LAT; do
 			IFS=: read -r t s n <<<"$c"
-			r=$(cmp_fig "/out/logs/compare.rxe.$t.s$s.client.txt" lat)
-			x=$(cmp_fig "/out/logs/compare.xroce.$t.s$s.client.txt" lat)
-			awk -v t="$t" -v s="$s" -v n="$n" -v r="$r" -v x="$x" "$CMP_RATIO"'BEGIN {
-				split(r, a, " "); split(x, b, " ")
-				printf "| %s | %s | %s | %s us | %s us | %s | %s us | %s us | %s |\n", t, s, n,
-					a[1] == "" ? "-" : a[1], b[1] == "" ? "-" : b[1], (a[1] > 0 && b[1] > 0) ? ratio(a[1] / b[1]) : "-",
-					a[2] == "" ? "-" : a[2], b[2] == "" ? "-" : b[2], (a[2] > 0 && b[2] > 0) ? ratio(a[2] / b[2]) : "-" }'
+			rs=$(cmp_stat $(for k in $(seq "$CMP_REPEAT"); do cmp_fig "/out/logs/compare.rxe.$t.s$s.r$k.client.txt" lat | cut -d' ' -f1; done))
+			xs=$(cmp_stat $(for k in $(seq "$CMP_REPEAT"); do cmp_fig "/out/logs/compare.xroce.$t.s$s.r$k.client.txt" lat | cut -d' ' -f1; done))
+			r=$(cmp_stat $(for k in $(seq "$CMP_REPEAT"); do cmp_fig "/out/logs/compare.rxe.$t.s$s.r$k.client.txt" lat | cut -d' ' -f2; done))
+			x=$(cmp_stat $(for k in $(seq "$CMP_REPEAT"); do cmp_fig "/out/logs/compare.xroce.$t.s$s.r$k.client.txt" lat | cut -d' ' -f2; done))
+			awk -v t="$t" -v s="$s" -v n="$n" -v rs="$rs" -v xs="$xs" -v r9="$r" -v x9="$x" "$CMP_ROW"'
+				BEGIN { split(rs, r, " "); split(xs, x, " "); split(r9, a, " "); split(x9, b, " ")
+					printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t, s, n,
+						fig(r, "us"), fig(x, "us"), ratio(r[1], x[1]), fig(a, "us"), fig(b, "us"), ratio(a[1], b[1]) }'
 		done
 	} >"$f"
 	result compare.table PASS "$(now)" "written to compare.md"
