@@ -63,17 +63,35 @@ func exchange(t testing.TB, p *Pair, ipA, ipB netip.Addr, size int) {
 	cb := udpConn(t, p.B, ipB)
 	msg := bytes.Repeat([]byte{0xa5}, size)
 	copy(msg, p.A.Name)
-	// A link-local destination's zone must name the sender's interface:
-	// B's interface name means nothing in A's namespace (and Go's zone
-	// cache, shared by all namespaces, may map it to another interface).
-	dst := cb.LocalAddr().(*net.UDPAddr).AddrPort()
-	dst = netip.AddrPortFrom(dst.Addr().WithZone(ipA.Zone()), dst.Port())
-	if _, err := ca.WriteToUDPAddrPort(msg, dst); err != nil {
-		t.Fatalf("send A→B: %v", err)
+	// A link-local destination's zone must name the sender's interface,
+	// and the name is turned into an index in the calling thread's
+	// namespace (through Go's zone cache, which all namespaces of the
+	// process share): so each side sends from inside its own namespace,
+	// naming its own interface.
+	send := func(h *Host, c *net.UDPConn, b []byte, to netip.AddrPort, zone string) {
+		t.Helper()
+		to = netip.AddrPortFrom(to.Addr().WithZone(zone), to.Port())
+		if err := h.Do(func() error {
+			_, err := c.WriteToUDPAddrPort(b, to)
+			return err
+		}); err != nil {
+			t.Fatalf("send from %s to %s: %v", h.Name, to, err)
+		}
 	}
+	// UDP promises nothing: send again every 200 ms, for at most 5 s,
+	// until B has the datagram. (Right after an IPv6 address is added,
+	// a first datagram is sometimes dropped by B as an address error.)
 	buf := make([]byte, size+100)
-	cb.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, from, err := cb.ReadFromUDPAddrPort(buf)
+	var n int
+	var from netip.AddrPort
+	var err error
+	for try := 0; try < 25; try++ {
+		send(p.A, ca, msg, cb.LocalAddr().(*net.UDPAddr).AddrPort(), ipA.Zone())
+		cb.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if n, from, err = cb.ReadFromUDPAddrPort(buf); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("receive in B: %v", err)
 	}
@@ -83,9 +101,7 @@ func exchange(t testing.TB, p *Pair, ipA, ipB netip.Addr, size int) {
 	if from.Addr().WithZone("") != ipA.WithZone("") {
 		t.Fatalf("B got datagram from %s, want %s", from, ipA)
 	}
-	if _, err := cb.WriteToUDPAddrPort(msg[:1], from); err != nil {
-		t.Fatalf("send B→A: %v", err)
-	}
+	send(p.B, cb, msg[:1], from, ipB.Zone())
 	ca.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, _, err := ca.ReadFromUDPAddrPort(buf); err != nil || n != 1 {
 		t.Fatalf("receive in A: %d bytes, %v", n, err)
