@@ -457,6 +457,21 @@ func (r *labRun) wait(q *labQP) (roce.WC, error) {
 	return wc, err
 }
 
+// sendRecv posts a receive of recvLen bytes on b, then wr on a, and waits
+// for a's send completion and b's receive completion, which it returns.
+func (r *labRun) sendRecv(a, b *labQP, wr *roce.SendWR, recvLen int) (roce.WC, error) {
+	if err := b.recv(1, 0, recvLen); err != nil {
+		return roce.WC{}, err
+	}
+	if err := a.post(wr); err != nil {
+		return roce.WC{}, err
+	}
+	if _, err := r.expect(a, roce.WCSend); err != nil {
+		return roce.WC{}, err
+	}
+	return r.expect(b, roce.WCRecv)
+}
+
 // expect waits for a successful completion of opcode op on q.
 func (r *labRun) expect(q *labQP, op roce.WCOpcode) (roce.WC, error) {
 	wc, err := r.wait(q)
@@ -611,16 +626,7 @@ func (r *labRun) rcOps(a, b *labQP, n int) error {
 		err := r.tourStep(fmt.Sprintf("RC %s %s", name, size), func() (string, error) {
 			fillRandom(a.buf[:n], uint64(n)<<8|uint64(op))
 			clear(b.buf[:n])
-			if err := b.recv(1, 0, n); err != nil {
-				return "", err
-			}
-			if err := a.post(&roce.SendWR{ID: 2, Opcode: op, Flags: roce.SendSignaled, Imm: 0xc0ffee, SGL: []roce.SGE{a.mr.SGE(0, n)}}); err != nil {
-				return "", err
-			}
-			if _, err := r.expect(a, roce.WCSend); err != nil {
-				return "", err
-			}
-			wc, err := r.expect(b, roce.WCRecv)
+			wc, err := r.sendRecv(a, b, &roce.SendWR{ID: 2, Opcode: op, Flags: roce.SendSignaled, Imm: 0xc0ffee, SGL: []roce.SGE{a.mr.SGE(0, n)}}, n)
 			if err != nil {
 				return "", err
 			}
@@ -755,16 +761,7 @@ func (r *labRun) ucOps(a, b *labQP, n int) error {
 	err := r.tourStep("UC SEND "+size, func() (string, error) {
 		fillRandom(a.buf[:n], uint64(n)<<8|0x55)
 		clear(b.buf[:n])
-		if err := b.recv(1, 0, n); err != nil {
-			return "", err
-		}
-		if err := a.post(&roce.SendWR{ID: 1, Opcode: roce.WRSend, Flags: roce.SendSignaled, SGL: []roce.SGE{a.mr.SGE(0, n)}}); err != nil {
-			return "", err
-		}
-		if _, err := r.expect(a, roce.WCSend); err != nil {
-			return "", err
-		}
-		wc, err := r.expect(b, roce.WCRecv)
+		wc, err := r.sendRecv(a, b, &roce.SendWR{ID: 1, Opcode: roce.WRSend, Flags: roce.SendSignaled, SGL: []roce.SGE{a.mr.SGE(0, n)}}, n)
 		if err != nil {
 			return "", err
 		}
@@ -812,17 +809,8 @@ func (r *labRun) udSend(a, b *labQP, n int) error {
 		}
 		fillRandom(a.buf[:n], uint64(n)<<8|0x77)
 		clear(b.buf)
-		if err := b.recv(1, 0, 40+n); err != nil {
-			return "", err
-		}
-		if err := a.post(&roce.SendWR{ID: 1, Opcode: roce.WRSend, Flags: roce.SendSignaled, SGL: []roce.SGE{a.mr.SGE(0, n)},
-			AV: &av, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111}); err != nil {
-			return "", err
-		}
-		if _, err := r.expect(a, roce.WCSend); err != nil {
-			return "", err
-		}
-		wc, err := r.expect(b, roce.WCRecv)
+		wc, err := r.sendRecv(a, b, &roce.SendWR{ID: 1, Opcode: roce.WRSend, Flags: roce.SendSignaled, SGL: []roce.SGE{a.mr.SGE(0, n)},
+			AV: &av, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111}, 40+n)
 		if err != nil {
 			return "", err
 		}
