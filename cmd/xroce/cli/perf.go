@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -90,7 +91,16 @@ type perfOptions struct {
 	host       string
 }
 
+// perfModes are perf tests that are not perftest's: each parses its own
+// flags (files register them from init).
+var perfModes = map[string]func(ctx context.Context, e *env, args []string) error{}
+
 func runPerf(ctx context.Context, e *env, args []string) error {
+	if len(args) > 0 {
+		if run, ok := perfModes[args[0]]; ok {
+			return run(ctx, e, args[1:])
+		}
+	}
 	o := perfOptions{port: 18515, gid: -1, qps: 1, conn: "RC", size: -1, iters: -1, txDepth: -1, rxDepth: 512, cqMod: -1, atomicType: "FETCH_AND_ADD"}
 	var cpuFreq, rdmaCM bool
 	var ibPort int
@@ -160,6 +170,10 @@ func perfTestNames() string {
 	for _, t := range perfTests {
 		s = append(s, t.name)
 	}
+	for name := range perfModes {
+		s = append(s, name)
+	}
+	slices.Sort(s[len(perfTests):])
 	return strings.Join(s, ", ")
 }
 
