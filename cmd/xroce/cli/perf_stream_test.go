@@ -1,0 +1,163 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/internal/netns"
+)
+
+var (
+	psBWLineRE  = regexp.MustCompile(`(?m)^ (\d+ (?:KiB|MiB|B))\s+(xroce|tcp)\s+\d+\s+\d+\.\d\d\s+(\d+\.\d\d\+\d+\.\d\d|\d+\.\d\d)\s+(\d+\.\d%|-)$`)
+	psRatioRE   = regexp.MustCompile(`(?m)^\s+xroce/tcp\s+\d+\.\d\dx\s+\d+\.\d\dx$`)
+	psLatLineRE = regexp.MustCompile(`(?m)^ (xroce|tcp)\s+(\d+)\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d$`)
+)
+
+// checkPerfStream checks the client's table: bw lines of each transport
+// per size, and the latency lines with iters round trips.
+func checkPerfStream(t *testing.T, r result, sizes, transports, iters int) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("client: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
+	}
+	if n := len(psBWLineRE.FindAllString(r.stdout, -1)); n != sizes*transports {
+		t.Errorf("%d throughput lines, want %d:\n%s", n, sizes*transports, r.stdout)
+	}
+	ratios := 0
+	if transports == 2 {
+		ratios = sizes
+		if iters > 0 {
+			ratios++
+		}
+	}
+	if n := len(psRatioRE.FindAllString(r.stdout, -1)) + strings.Count(r.stdout, "\n xroce/tcp "); n < ratios {
+		t.Errorf("%d ratio lines, want %d:\n%s", n, ratios, r.stdout)
+	}
+	lat := psLatLineRE.FindAllStringSubmatch(r.stdout, -1)
+	if iters == 0 {
+		return
+	}
+	if len(lat) != transports {
+		t.Fatalf("%d latency lines, want %d:\n%s", len(lat), transports, r.stdout)
+	}
+	for _, l := range lat {
+		if l[2] != strconv.Itoa(iters) {
+			t.Errorf("latency line %q: want %d round trips", l[0], iters)
+		}
+	}
+}
+
+// Client and server in two namespaces: every size over both transports,
+// then one size over xroce only with the direct path on, then a timed run
+// with a progress line.
+func TestPerfStream(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, tc := range []struct {
+		name                       string
+		flags                      []string
+		sizes, transports, latency int
+	}{
+		{"all", []string{"-n", "50"}, 3, 2, 50},
+		{"direct", []string{"-n", "40", "-s", "262144", "-direct", "65536", "-tcp=false", "-lat=false"}, 1, 1, 0},
+		{"latency", []string{"-n", "300", "-bw=false"}, 0, 2, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := 18700 + i
+			flags := append([]string{"perf", "stream", "-p", strconv.Itoa(port), "-timeout", "10s"}, tc.flags...)
+			srv := append(append([]string(nil), flags...), "-d", p.B.Ifname)
+			cli := append(append([]string(nil), flags...), "-d", p.A.Ifname)
+			rs, rc := clientServer(t, p, port, srv, cli)
+			if rs.err != nil || !strings.Contains(rs.stdout, "tests served") {
+				t.Errorf("server: %v\n%s%s", rs.err, rs.stdout, rs.stderr)
+			}
+			checkPerfStream(t, rc, tc.sizes, tc.transports, tc.latency)
+			t.Logf("client:\n%s", rc.stdout)
+		})
+	}
+}
+
+// A run of -D seconds prints progress lines on stderr.
+func TestPerfStreamDuration(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	flags := []string{"perf", "stream", "-p", "18710", "-timeout", "10s", "-D", "3", "-s", "65536", "-lat=false", "-tcp=false"}
+	rs, rc := clientServer(t, p, 18710, append(flags, "-d", p.B.Ifname), append(flags, "-d", p.A.Ifname))
+	if rs.err != nil {
+		t.Errorf("server: %v", rs.err)
+	}
+	checkPerfStream(t, rc, 1, 1, 0)
+	if !regexp.MustCompile(`(?m)^perf: stream xroce 64 KiB writes: \d+ iterations in [23] s, \d+\.\d\d MB/sec so far$`).MatchString(rc.stderr) {
+		t.Errorf("no progress line on the client's stderr:\n%s", rc.stderr)
+	}
+}
+
+// The real binary with -netns: its own namespaces, both ends, no setup;
+// none of its namespaces is left.
+func TestPerfStreamNetnsBinary(t *testing.T) {
+	netns.NewT(t, netns.Config{}) // skips unless namespaces can be made
+	bin := filepath.Join(t.TempDir(), "xroce")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/xroce/xroce/cmd/xroce").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "perf", "stream", "-netns", "-n", "100", "-s", "65536")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	checkPerfStream(t, result{err, out.String(), errb.String()}, 1, 2, 100)
+	if !strings.Contains(out.String(), "cpu-s/GB (both ends)") {
+		t.Errorf("no both-ends CPU column:\n%s", out.String())
+	}
+	left, _ := filepath.Glob("/run/netns/xr" + strconv.Itoa(cmd.Process.Pid) + "-*")
+	if len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	t.Logf("%s", out.String())
+	_ = os.Remove(bin)
+}
+
+// Command-line mistakes: exit status 2 and one line saying what is wrong.
+func TestPerfStreamBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-s", "0x"}, "invalid value"},
+		{[]string{"-s", "-1"}, "-s -1: want 1.."},
+		{[]string{"-s", "20000000"}, "-s 20000000: want 1.."},
+		{[]string{"-n", "3"}, "-n 3: want at least 5"},
+		{[]string{"-D", "-1"}, "-D -1"},
+		{[]string{"-n", "10", "-D", "2"}, "-n and -D do not go together"},
+		{[]string{"-p", "0"}, "-p 0: want a TCP port"},
+		{[]string{"-direct", "-5"}, "-direct -5"},
+		{[]string{"-ring", "100"}, "-ring 100: want 4096"},
+		{[]string{"-timeout", "0s"}, "-timeout 0s"},
+		{[]string{"-bw=false", "-lat=false"}, "leave nothing to run"},
+		{[]string{"-netns", "198.18.0.1"}, "-netns makes its own link"},
+		{[]string{"-netns", "-d", "eth0"}, "-netns makes its own link"},
+		{[]string{"h1", "h2"}, "at most one HOST"},
+		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		var out, errb bytes.Buffer
+		args := append([]string{"perf", "stream"}, tc.args...)
+		err := Run(context.Background(), args, &out, &errb)
+		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v (exit %d), want exit 2 and one line with %q", args, err, ExitCode(err), tc.want)
+		}
+	}
+	// perf's list of tests names the mode.
+	err := Run(context.Background(), []string{"perf"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "stream") {
+		t.Errorf("perf without a test: %v, want the list to name stream", err)
+	}
+}
