@@ -27,6 +27,7 @@ type CQ struct {
 	notify    chan struct{}
 	solicited chan struct{}
 	overflows atomic.Uint64
+	workers   atomic.Uint64 // bit i: a QP of worker i completes here
 }
 
 // CreateCQ returns a completion queue of n entries (ibv_create_cq); 0
@@ -84,8 +85,20 @@ func (c *CQ) signal() {
 }
 
 // Poll moves up to len(wcs) completions into wcs, oldest first, and
-// returns how many (ibv_poll_cq). It does not allocate or block.
+// returns how many (ibv_poll_cq). It does not allocate or block. When the
+// CQ is empty it calls the device's Progress for the workers of its QPs
+// and looks again (unless Config.NoPollProgress): a goroutine that
+// busy-polls receives its messages itself.
 func (c *CQ) Poll(wcs []WC) int {
+	n := c.poll(wcs)
+	if n == 0 && len(wcs) > 0 && !c.d.cfg.NoPollProgress && c.d.progress(c.workers.Load()) > 0 {
+		n = c.poll(wcs)
+	}
+	return n
+}
+
+// poll is Poll without progress.
+func (c *CQ) poll(wcs []WC) int {
 	c.mu.Lock()
 	n := 0
 	for n < len(wcs) && c.head != c.tail {
@@ -120,13 +133,23 @@ func (c *CQ) Overflows() uint64 { return c.overflows.Load() }
 // Notify returns a channel that receives a value after completions are
 // added (one value for any number of them): the completion channel of
 // verbs without the need to re-arm. Poll until empty after each receive.
-func (c *CQ) Notify() <-chan struct{} { return c.notify }
+// Call Notify each time before sleeping on the channel: it tells the
+// workers that this goroutine stops polling, so that they receive (see
+// Device.Progress); a channel kept from an earlier call may otherwise wait
+// up to a millisecond for a message after a Poll.
+func (c *CQ) Notify() <-chan struct{} {
+	c.d.unpoll(c.workers.Load())
+	return c.notify
+}
 
 // NotifySolicited is Notify for solicited-only notification
 // (ibv_req_notify_cq with solicited_only): its channel receives a value
 // after a receive completion of a message sent with SendSolicited, or a
 // completion with an error.
-func (c *CQ) NotifySolicited() <-chan struct{} { return c.solicited }
+func (c *CQ) NotifySolicited() <-chan struct{} {
+	c.d.unpoll(c.workers.Load())
+	return c.solicited
+}
 
 // Wait blocks until the CQ holds a completion, ctx is done (its error is
 // returned), the CQ has overflowed (ErrCQOverflow) or the device is closed
@@ -145,6 +168,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 		if c.d.isClosed() {
 			return ErrClosed
 		}
+		c.d.unpoll(c.workers.Load())
 		select {
 		case <-c.notify:
 		case <-ctx.Done():

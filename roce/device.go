@@ -74,6 +74,10 @@ type Config struct {
 	// in Receive: lowest latency, one core per worker at 100%. Default:
 	// blocking mode.
 	BusyPoll bool
+	// NoPollProgress keeps CQ.Poll from calling Progress when it finds
+	// the CQ empty: only the workers' goroutines receive (unless the
+	// user calls Progress). Default: a goroutine that polls receives.
+	NoPollProgress bool
 	// Batch is the most frames a worker receives at once; 0 means 64.
 	Batch int
 	// MaxMR is the number of memory region slots (keys) of the device; 0
@@ -95,6 +99,10 @@ type Config struct {
 	Neighbors map[netip.Addr]net.HardwareAddr
 	// ResolveTimeout bounds Resolve's wait for ARP/NDP; 0 means 3 s.
 	ResolveTimeout time.Duration
+
+	// noGoroutines (tests) starts no worker goroutines: Progress does
+	// all the work.
+	noGoroutines bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -252,6 +260,11 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string)
 		d.workers = append(d.workers, w)
 	}
 	for _, w := range d.workers {
+		if cfg.noGoroutines {
+			w.receiving.Store(false)
+			close(w.done)
+			continue
+		}
 		go w.run()
 	}
 	return d, nil
@@ -385,6 +398,10 @@ type Stats struct {
 	PinnedPages                                          int
 	LinkRxFrames, LinkTxFrames                           uint64 // frames the links moved
 	LinkRxBytes, LinkTxBytes                             uint64
+	// Frames and batches received by pollers (Progress, CQ.Poll) rather
+	// than by the workers' goroutines, and the times those goroutines
+	// parked while pollers received.
+	PolledFrames, PolledBatches, Parks uint64
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -427,6 +444,9 @@ func (d *Device) Stats() Stats {
 		s.ForwardDropped += w.fwdDropped.Load()
 		s.TxDropped += w.txDropped.Load()
 		s.Batches += w.batches.Load()
+		s.PolledFrames += w.polledFrames.Load()
+		s.PolledBatches += w.polledBatches.Load()
+		s.Parks += w.parks.Load()
 		s.LinkErrors += w.linkErrors.Load()
 		ls := w.link.Stats()
 		s.Links = append(s.Links, ls)

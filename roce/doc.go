@@ -22,6 +22,26 @@
 // worker's lock, which it holds for each batch and not per packet, and wake
 // it only when it sleeps. Config.BusyPoll makes the workers spin instead.
 //
+// # Polling receives: caller-driven progress
+//
+// A goroutine that busy-polls a CQ, as ibv_rc_pingpong and perftest wait
+// by default, does the receive work itself: CQ.Poll that finds the CQ
+// empty calls Device.Progress, which takes a batch from each idle worker's
+// link without waiting, runs the transport on it and transmits the
+// answers, so that a message reaches the poller without a worker
+// goroutine's wakeup on the way. On a small machine, where a spinning
+// poller and the workers compete for the cores, that wakeup is most of
+// the latency (and spinning while the workers starve is worse than
+// sleeping). Progress is also the way to wait for what completes nothing
+// locally, such as an RDMA WRITE landing in a buffer.
+//
+// Only one goroutine receives from a link at a time, so frames reach the
+// transport in order: a worker whose link is wanted by pollers hands it
+// over after its current batch and parks; it still runs timers and the
+// work of user calls, and takes the link back when a poller sleeps
+// (CQ.Wait, CQ.Notify) or a millisecond after the last poll.
+// Config.NoPollProgress leaves CQ.Poll to look at the CQ only.
+//
 // # Resources
 //
 // Memory regions are Go byte slices pinned with mlock for their lifetime

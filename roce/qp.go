@@ -383,6 +383,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		c.mu.Lock()
 		c.nqp++
 		c.mu.Unlock()
+		c.workers.Or(1 << w.id)
 	}
 	if cfg.SRQ != nil {
 		cfg.SRQ.nqp++

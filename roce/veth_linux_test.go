@@ -345,10 +345,16 @@ func BenchmarkVethWrite(b *testing.B) {
 	}
 }
 
+// BenchmarkVethPingPong/wait sleeps on the CQ's notification for each
+// completion, /spin spins on Poll (as ibv_rc_pingpong does).
 func BenchmarkVethPingPong(b *testing.B) {
-	da, db, _ := vethDevices(b, Config{Queues: 1}, false)
-	a, r := rcPair(b, da, db, 64)
-	benchPingPong(b, a, r, 64)
+	for _, spin := range []bool{false, true} {
+		b.Run(map[bool]string{false: "wait", true: "spin"}[spin], func(b *testing.B) {
+			da, db, _ := vethDevices(b, Config{Queues: 1}, false)
+			a, r := rcPair(b, da, db, 64)
+			benchPingPong(b, a, r, 64, spin)
+		})
+	}
 }
 
 // Close with writes in flight over AF_XDP: every request is flushed and

@@ -21,6 +21,11 @@ import (
 // (AF_XDP) they then run the engine and transmit themselves, and kick the
 // worker only when they armed a deadline earlier than its wakeup; over
 // other links they kick it to do the sending.
+//
+// Pollers (Device.Progress, CQ.Poll) receive too: while one polls, the
+// goroutine hands the link over after its batch and parks (progress.go),
+// so that only one goroutine receives at a time and batches reach the
+// engine in the order they left the link.
 type worker struct {
 	d    *Device
 	id   int
@@ -52,17 +57,34 @@ type worker struct {
 	fmu   sync.Mutex
 	fq    [][]byte
 	ffree [][]byte
-	fwork [][]byte // fq taken by run; owned by the worker goroutine
+	fwork [][]byte // fq taken by inputForwarded; guarded by mu
 
-	bufs, local [][]byte // receive batch, owned by the worker goroutine
+	bufs  [][]byte // the goroutine's receive batch, owned by it
+	pbufs [][]byte // the pollers' receive batch, guarded by mu
+	local [][]byte // input's frames for this worker, guarded by mu
+
+	// Caller-driven progress. receiving, written under mu, says that the
+	// goroutine owns the link's receive side: it may be in Receive, or
+	// hold frames it has not fed yet. While it is clear the goroutine
+	// parks (sleeping and parked set, on park and timer) and pollers
+	// receive under mu. polled is the engine time of the latest poll
+	// (noPoll when a poller went to sleep): the goroutine parks after a
+	// batch if someone polled less than pollLease before, and takes the
+	// link back pollLease after the latest poll.
+	receiving atomic.Bool
+	parked    atomic.Bool
+	polled    atomic.Int64
+	park      chan struct{} // wakes the parked goroutine; capacity 1
+	timer     *time.Timer   // the parked goroutine's; owned by it
 
 	forwarded, fwdDropped, txDropped, batches, linkErrors atomic.Uint64
+	polledFrames, polledBatches, parks                    atomic.Uint64
 
 	done chan struct{}
 }
 
 func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
-	w := &worker{d: d, id: id, link: l, qps: make(map[uint32]*QP), done: make(chan struct{})}
+	w := &worker{d: d, id: id, link: l, qps: make(map[uint32]*QP), done: make(chan struct{}), park: make(chan struct{}, 1)}
 	w.out = output{l: l, w: w, stash: make([][]byte, 64), tx: make([][]byte, 0, 64)}
 	eng, err := qp.NewEngine(qp.EngineConfig{Out: &w.out, LocalIPs: d.local, PortMTU: d.info.ActiveMTU})
 	if err != nil {
@@ -74,7 +96,12 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	}
 	w.deadline.Store(int64(qp.Never))
 	w.sleepUntil.Store(int64(qp.Never))
+	w.polled.Store(noPoll)
+	w.receiving.Store(true)
+	w.timer = time.NewTimer(time.Hour)
+	w.timer.Stop()
 	w.bufs = make([][]byte, d.cfg.Batch)
+	w.pbufs = make([][]byte, d.cfg.Batch)
 	w.local = make([][]byte, 0, d.cfg.Batch)
 	if nlinks > 1 {
 		mf := l.Info().MaxFrame
@@ -96,8 +123,11 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 // (or its next turn) on the way of the frames. Otherwise the worker, awake
 // anyway, sends it with whatever else is ready: one transmit call for many
 // frames. It reports whether the worker must still be kicked.
+//
+// While pollers receive (receiving is clear) the goroutine does not touch
+// the link without mu, so the caller may transmit over any link.
 func (w *worker) postedLocked(urgent bool) bool {
-	if !w.direct || w.stop || !urgent && !w.sleeping.Load() {
+	if w.stop || !w.direct && w.receiving.Load() || !urgent && !w.sleeping.Load() {
 		return true
 	}
 	dl := w.eng.Poll(w.d.now())
@@ -108,11 +138,24 @@ func (w *worker) postedLocked(urgent bool) bool {
 }
 
 // kick tells the worker that a user call queued work: it wakes the worker
-// if it sleeps in Receive.
+// if it sleeps in Receive or parks.
 func (w *worker) kick() {
 	w.pending.Store(true)
 	if w.sleeping.Load() {
-		w.link.Wakeup()
+		if w.parked.Load() {
+			w.unpark()
+		} else {
+			w.link.Wakeup()
+		}
+	}
+}
+
+// unpark wakes the parked goroutine, or makes its next park return at
+// once.
+func (w *worker) unpark() {
+	select {
+	case w.park <- struct{}{}:
+	default:
 	}
 }
 
@@ -126,6 +169,12 @@ const idleTick = 10 * time.Millisecond
 func (w *worker) run() {
 	defer close(w.done)
 	for {
+		if !w.receiving.Load() {
+			if w.parkBatch() {
+				return
+			}
+			continue
+		}
 		timeout := time.Duration(0)
 		if !w.d.cfg.BusyPoll {
 			w.sleeping.Store(true)
@@ -154,6 +203,7 @@ func (w *worker) run() {
 		}
 		n, err := w.link.Receive(w.bufs, timeout)
 		w.sleeping.Store(false)
+		got := w.d.now()
 		w.mu.Lock()
 		if w.stop {
 			if n > 0 {
@@ -183,6 +233,10 @@ func (w *worker) run() {
 		w.deadline.Store(int64(w.eng.Poll(now)))
 		w.out.flush()
 		w.afterBatch()
+		if !w.d.cfg.BusyPoll && time.Duration(w.polled.Load())+pollLease > got {
+			// Someone polls: let the pollers receive.
+			w.receiving.Store(false)
+		}
 		w.mu.Unlock()
 		if errors.Is(err, link.ErrClosed) {
 			return
@@ -235,21 +289,24 @@ func (w *worker) forward(b []byte) {
 	w.kick()
 }
 
-// inputForwarded feeds the engine the frames other workers forwarded.
-func (w *worker) inputForwarded(now time.Duration) {
+// inputForwarded feeds the engine the frames other workers forwarded and
+// returns how many.
+func (w *worker) inputForwarded(now time.Duration) int {
 	w.fmu.Lock()
 	if len(w.fq) == 0 {
 		w.fmu.Unlock()
-		return
+		return 0
 	}
 	w.fq, w.fwork = w.fwork[:0], w.fq
 	w.fmu.Unlock()
+	n := len(w.fwork)
 	w.eng.Input(w.fwork, now)
 	w.fmu.Lock()
 	w.ffree = append(w.ffree, w.fwork...)
 	w.fmu.Unlock()
 	clear(w.fwork)
 	w.fwork = w.fwork[:0]
+	return n
 }
 
 // destQPN returns the BTH destination QP of a RoCE v2 frame, without
@@ -318,6 +375,7 @@ func (w *worker) shutdown() {
 	w.stop = true
 	w.mu.Unlock()
 	w.link.Wakeup()
+	w.unpark()
 	<-w.done
 	w.mu.Lock()
 	w.out.flush()

@@ -1,0 +1,401 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/link"
+)
+
+// pump calls Progress on the devices until done reports true or limit
+// passes.
+func pump(t *testing.T, limit time.Duration, done func() bool, ds ...*Device) {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for !done() {
+		if time.Now().After(end) {
+			t.Fatalf("nothing after %v of Progress", limit)
+		}
+		for _, d := range ds {
+			d.Progress()
+		}
+	}
+}
+
+// Devices without worker goroutines: Progress alone receives, answers,
+// retransmits (the pipe loses, duplicates and reorders frames) and
+// completes, and every frame the links delivered went through it.
+func TestProgressAlone(t *testing.T) {
+	f := link.Faults{Loss: 0.02, Duplicate: 0.02, Reorder: 0.02}
+	da, db := pipeDevices(t, 1, f, Config{noGoroutines: true})
+	a, b := rcPair(t, da, db, 256<<10)
+	var wc [1]WC
+	got := func(cq *CQ, op WCOpcode) func() bool {
+		return func() bool {
+			if cq.poll(wc[:]) == 0 {
+				return false
+			}
+			if wc[0].Status != WCSuccess || wc[0].Opcode != op {
+				t.Fatalf("completion %v %v, want %v success", wc[0].Opcode, wc[0].Status, op)
+			}
+			return true
+		}
+	}
+	for i, size := range []int{1, 1024, 4097, 64 << 10, 256 << 10} {
+		fill(a.buf[:size], uint64(i))
+		if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, size)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)}}); err != nil {
+			t.Fatal(err)
+		}
+		pump(t, 20*time.Second, got(b.cq, WCRecv), da, db)
+		pump(t, 20*time.Second, got(a.cq, WCSend), da, db)
+		same(t, fmt.Sprintf("send %d", size), b.buf[:size], a.buf[:size])
+
+		fill(b.buf[:size], uint64(i+100))
+		if err := b.qp.PostSend(&SendWR{ID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{b.mr.SGE(0, size)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		pump(t, 20*time.Second, got(b.cq, WCRDMAWrite), da, db)
+		a.mr.Sync()
+		same(t, fmt.Sprintf("write %d", size), a.buf[:size], b.buf[:size])
+	}
+	for _, d := range []*Device{da, db} {
+		s := d.Stats()
+		if s.Batches != 0 || s.PolledFrames == 0 || s.PolledFrames != s.LinkRxFrames {
+			t.Errorf("worker batches %d, polled frames %d of %d received: want 0 and all", s.Batches, s.PolledFrames, s.LinkRxFrames)
+		}
+	}
+	if s := da.Stats(); s.Retransmits == 0 {
+		t.Logf("no retransmission (seeded loss hit no frame of a's)")
+	}
+}
+
+// ppSide ping-pongs iters 64-byte SENDs over s as ibv_rc_pingpong does:
+// receives posted ahead, each side sending once its previous send and the
+// peer's message have completed, and checks each message's first byte.
+// wait waits for s's CQ to have completions (or returns an error).
+func ppSide(s *side, client bool, iters int, wait func() error) error {
+	const depth = 4
+	post := func() error { return s.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{s.mr.SGE(64, 64)}}) }
+	for range depth {
+		if err := post(); err != nil {
+			return err
+		}
+	}
+	sent, recvd := 0, 0
+	send := func() error {
+		s.buf[0] = byte(sent)
+		sent++
+		return s.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{s.mr.SGE(0, 64)}})
+	}
+	pending := 1 // the peer's message
+	if client {
+		if err := send(); err != nil {
+			return err
+		}
+		pending = 3
+	}
+	var wcs [4]WC
+	for recvd < iters || pending&2 != 0 {
+		n := s.cq.Poll(wcs[:])
+		if n == 0 {
+			if err := wait(); err != nil {
+				return fmt.Errorf("after %d sent, %d received: %w", sent, recvd, err)
+			}
+			continue
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != WCSuccess {
+				return fmt.Errorf("completion %v (id %d)", wc.Status, wc.ID)
+			}
+			if wc.ID == 1 {
+				if s.buf[64] != byte(recvd) {
+					return fmt.Errorf("message %d has %d", recvd, s.buf[64])
+				}
+				recvd++
+				if err := post(); err != nil {
+					return err
+				}
+			}
+			pending &^= int(wc.ID)
+			if pending == 0 && sent < iters {
+				if err := send(); err != nil {
+					return err
+				}
+				pending = 3
+			}
+		}
+	}
+	return nil
+}
+
+// spinWait is ppSide's wait for a goroutine that spins on Poll.
+func spinWait(ctx context.Context) func() error {
+	i := 0
+	return func() error {
+		i++
+		if i%256 == 0 {
+			runtime.Gosched()
+			return ctx.Err()
+		}
+		return nil
+	}
+}
+
+// Two goroutines that ping-pong by spinning on Poll take the link over
+// from the workers, which park; once the pollers stop (by sleeping in
+// Wait, or just stopping for longer than the lease) the workers receive
+// again.
+func TestProgressHandover(t *testing.T) {
+	for _, stop := range []string{"wait", "lease"} {
+		t.Run(stop, func(t *testing.T) {
+			da, db := pipeDevices(t, 1, noFaults, Config{})
+			a, b := rcPair(t, da, db, 128)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const iters = 2000
+			errs := make(chan error, 2)
+			go func() { errs <- ppSide(a, true, iters, spinWait(ctx)) }()
+			go func() { errs <- ppSide(b, false, iters, spinWait(ctx)) }()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			sa, sb := da.Stats(), db.Stats()
+			t.Logf("a: %d of %d frames polled, %d parks; b: %d of %d, %d parks",
+				sa.PolledFrames, sa.LinkRxFrames, sa.Parks, sb.PolledFrames, sb.LinkRxFrames, sb.Parks)
+			for _, s := range []Stats{sa, sb} {
+				if s.PolledFrames == 0 || s.Parks == 0 {
+					t.Errorf("polled frames %d, parks %d: the pollers never took over", s.PolledFrames, s.Parks)
+				}
+			}
+
+			// Now nobody polls: a message must reach b through its
+			// worker, which b's goroutine watches without polling.
+			switch stop {
+			case "wait":
+				wctx, wcancel := context.WithTimeout(ctx, time.Millisecond)
+				b.cq.Wait(wctx) // ends b's lease at once
+				wcancel()
+			case "lease":
+				time.Sleep(2 * pollLease)
+			}
+			before := db.Stats().PolledFrames
+			if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(64, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			var wc [1]WC
+			end := time.Now().Add(10 * time.Second)
+			for b.cq.poll(wc[:]) == 0 {
+				if time.Now().After(end) {
+					t.Fatal("the worker did not take the link back")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			if wc[0].Status != WCSuccess || wc[0].Opcode != WCRecv {
+				t.Fatalf("completion %v %v", wc[0].Opcode, wc[0].Status)
+			}
+			if after := db.Stats().PolledFrames; after != before {
+				t.Errorf("%d frames polled after the pollers stopped", after-before)
+			}
+		})
+	}
+}
+
+// Pollers that come and go while the workers run never reorder frames:
+// over a perfect pipe, a stream of WRITEs sees no sequence error although
+// the receiving link changes hands all the time.
+func TestProgressKeepsOrder(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 64<<10)
+	stop := make(chan struct{})
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		// b's poller: spin a while, then sleep past the lease or end
+		// it, and spin again.
+		defer wg.Done()
+		close(started)
+		for i := 0; ; i++ {
+			end := time.Now().Add(300 * time.Microsecond)
+			for time.Now().Before(end) {
+				db.Progress()
+			}
+			switch i % 3 {
+			case 0:
+				time.Sleep(2 * pollLease)
+			case 1:
+				b.cq.Notify()
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	<-started
+	wr := &SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 16<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	var wcs [16]WC
+	outstanding := 0
+	start := time.Now()
+	for i := 0; outstanding > 0 || time.Since(start) < 300*time.Millisecond; {
+		if time.Since(start) < 300*time.Millisecond && outstanding < 8 {
+			if err := a.qp.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			i++
+			outstanding++
+			continue
+		}
+		n := a.cq.Poll(wcs[:])
+		for _, wc := range wcs[:n] {
+			if wc.Status != WCSuccess {
+				t.Fatal(wc.Status)
+			}
+		}
+		outstanding -= n
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%d WRITEs outstanding after 30 s", outstanding)
+		}
+		if n == 0 {
+			runtime.Gosched()
+		}
+	}
+	close(stop)
+	wg.Wait()
+	sa, sb := da.Stats(), db.Stats()
+	t.Logf("b: %d of %d frames polled, %d parks", sb.PolledFrames, sb.LinkRxFrames, sb.Parks)
+	if sb.PolledFrames == 0 || sb.PolledFrames == sb.LinkRxFrames {
+		t.Errorf("b's poller received %d of %d frames: want some, not all", sb.PolledFrames, sb.LinkRxFrames)
+	}
+	for _, s := range []Stats{sa, sb} {
+		if s.RxOutOfSeq != 0 || s.SeqNaksTx != 0 || s.SeqNaksRx != 0 || s.Retransmits != 0 {
+			t.Errorf("out of sequence %d, NAKs sent %d received %d, retransmits %d: want none on a perfect pipe",
+				s.RxOutOfSeq, s.SeqNaksTx, s.SeqNaksRx, s.Retransmits)
+		}
+	}
+}
+
+// Everything at once, for the race detector: two devices with two links
+// each (frames cross between workers), a lossy pipe, QPs whose goroutines
+// wait by spinning on Poll, by Wait and by Notify, and a goroutine that
+// calls Progress on both devices all along.
+func TestProgressConcurrent(t *testing.T) {
+	f := link.Faults{Loss: 0.01, Duplicate: 0.01, Reorder: 0.02}
+	da, db := pipeDevices(t, 2, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	iters := 300
+	if testing.Short() {
+		iters = 100
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			da.Progress()
+			db.Progress()
+			runtime.Gosched()
+		}
+	}()
+	// A QP on b first, so that each pair's QPs are on different workers
+	// and their frames cross to the other worker.
+	newSide(t, db, RC, 0, nil, nil)
+	errs := make(chan error, 8)
+	for i, style := range []string{"spin", "wait", "notify", "spin"} {
+		a, b := rcPair(t, da, db, 128)
+		for _, s := range []*side{a, b} {
+			wait := spinWait(ctx)
+			switch style {
+			case "wait":
+				wait = func() error {
+					wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					defer wcancel()
+					if err := s.cq.Wait(wctx); err != nil && ctx.Err() != nil {
+						return err
+					}
+					return nil
+				}
+			case "notify":
+				wait = func() error {
+					select {
+					case <-s.cq.Notify():
+					case <-time.After(50 * time.Millisecond):
+					}
+					return ctx.Err()
+				}
+			}
+			go func() {
+				err := ppSide(s, s == a, iters, wait)
+				if err != nil {
+					err = fmt.Errorf("qp %d (%s): %w", i, style, err)
+					cancel()
+				}
+				errs <- err
+			}()
+		}
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	sa, sb := da.Stats(), db.Stats()
+	t.Logf("a: %d of %d frames polled, %d forwarded; b: %d of %d, %d forwarded",
+		sa.PolledFrames, sa.LinkRxFrames, sa.Forwarded, sb.PolledFrames, sb.LinkRxFrames, sb.Forwarded)
+	if sa.Forwarded == 0 || sb.Forwarded == 0 {
+		t.Error("no frame crossed workers")
+	}
+}
+
+// Progress allocates nothing, idle or carrying traffic.
+func TestProgressAllocs(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, r := rcPair(t, da, db, 64<<10)
+	if n := testing.AllocsPerRun(1000, func() { da.Progress() }); n != 0 {
+		t.Errorf("%v allocations per idle Progress", n)
+	}
+	wr := &SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: r.mr.Addr(), RKey: r.mr.RKey()}
+	var wcs [4]WC
+	op := func() {
+		if err := a.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; a.cq.Poll(wcs[:]) == 0; i++ {
+			db.Progress()
+			if i == 1e8 {
+				t.Fatal("no completion")
+			}
+		}
+	}
+	for range 10 {
+		op()
+	}
+	if n := testing.AllocsPerRun(200, op); n != 0 {
+		t.Errorf("%v allocations per 64 KiB WRITE waited for by spinning", n)
+	}
+	if s := da.Stats(); s.PolledFrames == 0 {
+		t.Error("no frame polled")
+	}
+}
