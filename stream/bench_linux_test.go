@@ -57,10 +57,28 @@ func (e *vethEnv) tcpPair(b *testing.B) (net.Conn, net.Conn) {
 	return c, s
 }
 
+// listen replaces e's listener (the old one stays open) by one with cfg:
+// the accepting side of a pair has the listener's Config.
+func (e *vethEnv) listen(b *testing.B, cfg Config) {
+	if err := e.p.B.Do(func() error {
+		ln, err := cfg.Listen(e.db, net.JoinHostPort(e.p.B.IP.String(), "0"))
+		if err == nil {
+			b.Cleanup(func() { ln.Close() })
+			e.ln, e.addr = ln, ln.Addr().String()
+		}
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func benchPairs(b *testing.B, fn func(b *testing.B, w, r net.Conn)) {
 	e := newVeth(b, Config{})
 	ca, cb := e.pair(b, Config{})
-	da, db := e.pair(b, Config{DirectThreshold: 64 << 10})
+	// The reader (the accepted side) advertises: it needs the threshold.
+	direct := Config{DirectThreshold: 64 << 10}
+	e.listen(b, direct)
+	da, db := e.pair(b, direct)
 	ta, tb := e.tcpPair(b)
 	run := func(name string, ca, cb *Conn) {
 		b.Run(name, func(b *testing.B) {

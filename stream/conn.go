@@ -54,6 +54,7 @@ type Conn struct {
 	rctl, sctl   []byte   // receive and send slots of control payloads
 	rctlMR       *roce.MR // rctl, for receive requests
 	sctlMR       *roce.MR // sctl, for ADVERT sends
+	rregs, wregs regCache // Read and Write buffers registered for the direct path
 	released     chan struct{}
 	peerAddr     uint64
 	peerKey      uint32
@@ -84,18 +85,35 @@ type Conn struct {
 	posts      uint64 // sends posted
 	completed  uint64 // send completions
 	// Direct path, reader side: an ADVERT is outstanding for advMR until
-	// the writer answers with DIRECT (directN bytes) or DECLINE.
+	// the writer answers with DIRECT (directN bytes) or DECLINE. After a
+	// DECLINE because the writer's data was small, advSkip Reads do not
+	// advertise (advBackoff, doubling up to maxAdvBackoff; reset by a
+	// DIRECT).
 	advOut, declined, withdrawSent bool
+	declinedSmall                  bool
 	advMR                          *roce.MR
 	directN                        int
+	advBackoff, advSkip            int
 	// Direct path, writer side: the peer's advert held, and a DECLINE
-	// owed to it.
-	haveAdv, declineOwed bool
-	peerAdv              advert
-	err                  error // the QP failed
-	closed               bool
-	rdl, wdl             time.Time
-	stats                Stats
+	// owed to it. advHint: the peer's reader advertised since the last
+	// hold that found no advert, so a large Write holds (see holdLocked);
+	// holdSince and drainedAt time the hold under way; probeSkip Writes
+	// do not probe (probeBackoff doubles after each hold that timed out).
+	haveAdv, declineOwed    bool
+	declineSmall            bool // the DECLINE owed says the writes were small
+	peerAdv                 advert
+	advHint                 bool
+	holdSince, drainedAt    time.Time
+	probeBackoff, probeSkip int
+	// directAt is when the last DIRECT completed, until the next advert;
+	// advGap averages the time from there to that advert (the reader's
+	// time between Reads), which sets the hold's grace.
+	directAt time.Time
+	advGap   time.Duration
+	err      error // the QP failed
+	closed   bool
+	rdl, wdl time.Time
+	stats    Stats
 }
 
 // Stats are a connection's counters.
@@ -105,6 +123,8 @@ type Stats struct {
 	DirectBytes             uint64 // bytes sent into advertised buffers
 	DirectReads             uint64 // Reads that the peer filled directly
 	Adverts, Declines       uint64 // ADVERTs sent, DECLINEs received
+	Holds, HoldTimeouts     uint64 // large Writes that waited for an advert; of them, those that gave up
+	RegHits, Registrations  uint64 // direct-path buffers found in the registration caches, and registered
 	DataMsgs, CreditMsgs    uint64 // messages sent
 	WriteWaits              uint64 // times a Write waited for credits
 }
@@ -112,11 +132,19 @@ type Stats struct {
 // Stats returns the connection's counters.
 func (c *Conn) Stats() Stats {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stats
+	s := c.stats
+	c.mu.Unlock()
+	for _, r := range []*regCache{&c.rregs, &c.wregs} {
+		h, m := r.counts()
+		s.RegHits += h
+		s.Registrations += m
+	}
+	return s
 }
 
 func (c *Conn) start() {
+	c.rregs = regCache{pd: c.pd, access: roce.AccessLocalWrite | roce.AccessRemoteWrite}
+	c.wregs = regCache{pd: c.pd, access: roce.AccessLocalWrite}
 	c.wake = make(chan struct{})
 	c.msgCredits = recvDepth
 	ctx, cancel := context.WithCancel(context.Background())
@@ -212,11 +240,15 @@ func (c *Conn) canDataLocked() bool {
 // flushDeclineLocked sends an owed DECLINE when the credits allow.
 func (c *Conn) flushDeclineLocked() {
 	if c.declineOwed && c.canControlLocked() {
-		if err := c.postEmptyLocked(kindDecline); err != nil {
+		kind := uint32(kindDecline)
+		if c.declineSmall {
+			kind = kindDeclineSmall
+		}
+		if err := c.postEmptyLocked(kind); err != nil {
 			c.failLocked(err)
 			return
 		}
-		c.declineOwed = false
+		c.declineOwed, c.declineSmall = false, false
 	}
 }
 
@@ -297,8 +329,9 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 		c.finRcvd = true
 	case kindDirect:
 		c.directN = int(wc.ByteLen)
-	case kindDecline:
+	case kindDecline, kindDeclineSmall:
 		c.declined = true
+		c.declinedSmall = kind == kindDeclineSmall
 		c.stats.Declines++
 	case kindAdvert:
 		b := c.rctl[slot*slotSize:]
@@ -310,6 +343,11 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 			c.declineOwed = true
 		} else {
 			c.peerAdv, c.haveAdv = a, true
+		}
+		c.advHint = true
+		if !c.directAt.IsZero() {
+			c.advGap = (3*c.advGap + time.Since(c.directAt)) / 4
+			c.directAt = time.Time{}
 		}
 	case kindWithdraw:
 		if c.haveAdv {
@@ -351,17 +389,20 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.directN, c.declined = 0, false
 			c.mu.Unlock()
 			mr.Sync()
-			mr.Dereg()
 			c.mu.Lock()
 			if n > 0 {
 				c.stats.BytesRead += uint64(n)
 				c.stats.DirectReads++
+				c.advBackoff = 0
 				return n, nil
+			}
+			if c.declinedSmall {
+				c.advBackoff = min(max(1, 2*c.advBackoff), maxAdvBackoff)
+				c.advSkip = c.advBackoff
 			}
 			continue
 		case c.advOut && c.err != nil:
 			// The QP is in error: nothing more can land in p.
-			c.advMR.Dereg()
 			c.advOut, c.advMR = false, nil
 			return 0, c.opError("read", c.err)
 		case c.advOut:
@@ -387,6 +428,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		case !tried && c.cfg.DirectThreshold > 0 && len(p) >= c.cfg.DirectThreshold && c.canDataLocked():
 			tried = true
+			if c.advSkip > 0 {
+				c.advSkip--
+				continue
+			}
 			c.advertLocked(p)
 			continue
 		default:
@@ -410,18 +455,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// advertLocked registers p and sends an ADVERT for it, unless the state
-// changed meanwhile or registration fails (then the ring is used).
+// advertLocked registers p (or finds it in the cache) and sends an ADVERT
+// for it, unless the state changed meanwhile or registration fails (then
+// the ring is used).
 func (c *Conn) advertLocked(p []byte) {
 	p = p[:min(len(p), maxByteCredit)]
 	c.mu.Unlock()
-	mr, err := c.pd.RegMR(p, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+	mr, err := c.rregs.get(p)
 	c.mu.Lock()
-	if err != nil {
-		return
-	}
-	if c.closed || c.tail > c.head || c.finRcvd || !c.canDataLocked() {
-		mr.Dereg()
+	if err != nil || c.closed || c.tail > c.head || c.finRcvd || !c.canDataLocked() {
 		return
 	}
 	slot := int(c.posts % sendDepth)
@@ -433,12 +475,72 @@ func (c *Conn) advertLocked(p []byte) {
 	c.sctlMR.Sync()
 	err = c.postLocked(kindAdvert, roce.SendWR{Opcode: roce.WRSendWithImm, SGL: []roce.SGE{c.sctlMR.SGE(slot*slotSize, 24)}}, 0)
 	if err != nil {
-		mr.Dereg()
 		c.failLocked(err)
 		return
 	}
 	c.advOut, c.advMR, c.directN, c.declined, c.withdrawSent = true, mr, 0, false, false
 	c.stats.Adverts++
+}
+
+// The writer's switching rules (see the package doc).
+const (
+	minDirect       = 32 << 10               // a Write with less left declines an advert and uses the ring
+	holdMin         = 256 << 10              // a Write with this much left may hold for an advert
+	holdGrace       = 500 * time.Microsecond // at least; twice the reader's usual time between Reads
+	maxHoldGrace    = 10 * time.Millisecond
+	holdMax         = 50 * time.Millisecond
+	maxAdvBackoff   = 64   // Reads that skip advertising, at most, after declines
+	maxProbeBackoff = 1024 // Writes that do not probe, at most, after holds that timed out
+)
+
+// holdLocked says whether a Write with left bytes to go should wait for
+// the peer's advert rather than use the ring, and until when. It holds
+// when the peer's reader has advertised lately (it reads with large
+// buffers), or, as a probe, when the ring is full (the reader is behind
+// and a direct write would spare it a copy): the ring bytes already sent
+// drain, the reader finds the ring empty and advertises if its Read is
+// large. The hold gives up a grace after the reader is known to be within
+// a quarter ring of the end (no credit message comes after that): twice
+// the time the reader took lately from a DIRECT to its next advert,
+// within holdGrace and maxHoldGrace,
+// or after holdMax; then it does not hold again until the next advert,
+// and probes are spaced out (probeBackoff Writes, doubling up to
+// maxProbeBackoff).
+func (c *Conn) holdLocked(left int, full bool) (time.Time, bool) {
+	if left < holdMin || c.finSent || c.err != nil {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	if c.holdSince.IsZero() {
+		if !c.advHint && (!full || c.probeSkip > 0) {
+			return time.Time{}, false
+		}
+		c.holdSince, c.drainedAt = now, time.Time{}
+		c.stats.Holds++
+	}
+	dl := c.holdSince.Add(holdMax)
+	if c.acked >= c.sent && c.peerFreed+uint64(len(c.stage))/4 >= c.sent {
+		if c.drainedAt.IsZero() {
+			c.drainedAt = now
+		}
+		dl = earliest(dl, c.drainedAt.Add(min(max(holdGrace, 2*c.advGap), maxHoldGrace)))
+	}
+	if !now.Before(dl) {
+		c.holdSince, c.advHint = time.Time{}, false
+		c.probeBackoff = min(max(1, 2*c.probeBackoff), maxProbeBackoff)
+		c.probeSkip = c.probeBackoff
+		c.stats.HoldTimeouts++
+		return time.Time{}, false
+	}
+	return dl, true
+}
+
+// earliest returns the earlier of two deadlines, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // maxMsg bounds one DATA message, so that credits flow while a large
@@ -454,6 +556,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	defer c.mu.Unlock()
 	r := uint64(len(c.stage))
 	done := 0
+	if c.probeSkip > 0 {
+		c.probeSkip--
+	}
 	for done < len(p) {
 		var free uint64
 		for waited := false; ; waited = true {
@@ -467,10 +572,20 @@ func (c *Conn) Write(p []byte) (int, error) {
 			case expired(c.wdl):
 				return done, c.opError("write", os.ErrDeadlineExceeded)
 			}
+			if c.haveAdv && len(p)-done < minDirect {
+				// Small writes go to the ring: the advert goes back,
+				// saying so.
+				c.haveAdv, c.declineOwed, c.declineSmall = false, true, true
+				c.flushDeclineLocked()
+			}
 			if c.haveAdv && c.canDataLocked() {
 				break
 			}
 			free = r - (c.sent - min(c.peerFreed, c.acked))
+			if dl, ok := c.holdLocked(len(p)-done, free < holdMin); ok {
+				c.waitLocked(earliest(dl, c.wdl))
+				continue
+			}
 			if free > 0 && c.canDataLocked() {
 				break
 			}
@@ -480,6 +595,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.waitLocked(c.wdl)
 		}
 		if c.haveAdv {
+			c.holdSince, c.probeBackoff = time.Time{}, 0
 			n, err := c.writeDirectLocked(p[done:])
 			done += n
 			if err != nil {
@@ -528,14 +644,13 @@ func (c *Conn) writeDirectLocked(p []byte) (int, error) {
 	}
 	n := min(len(p), int(a.n))
 	c.mu.Unlock()
-	mr, err := c.pd.RegMR(p[:n], roce.AccessLocalWrite)
+	mr, err := c.wregs.get(p[:n])
 	c.mu.Lock()
 	if err != nil {
 		c.declineOwed = true
 		c.flushDeclineLocked()
 		return 0, nil
 	}
-	defer mr.Dereg()
 	wr := roce.SendWR{Opcode: roce.WRRDMAWriteWithImm, SGL: []roce.SGE{mr.SGE(0, n)}, RemoteAddr: a.addr, RKey: a.rkey}
 	if err := c.postLocked(kindDirect, wr, 0); err != nil {
 		c.failLocked(err)
@@ -549,6 +664,7 @@ func (c *Conn) writeDirectLocked(p []byte) (int, error) {
 	}
 	c.stats.BytesWritten += uint64(n)
 	c.stats.DirectBytes += uint64(n)
+	c.directAt = time.Now()
 	return n, nil
 }
 
@@ -654,11 +770,10 @@ func (c *Conn) release() {
 			c.cq.Destroy()
 		}
 		c.mu.Lock()
-		if c.advMR != nil {
-			c.advMR.Dereg()
-			c.advMR = nil
-		}
+		c.advMR = nil
 		c.mu.Unlock()
+		c.rregs.close()
+		c.wregs.close()
 		for _, m := range []*roce.MR{c.rctlMR, c.sctlMR} {
 			if m != nil {
 				m.Dereg()

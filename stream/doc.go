@@ -32,8 +32,8 @@
 //
 // kind: 0 DATA (the payload was written into the receiver's ring at the
 // ring's tail), 1 CREDIT (no payload), 2 FIN (no payload: the sender will
-// send no more data, CloseWrite), 3..7 reserved for the direct path
-// (ADVERT, DIRECT, DECLINE, WITHDRAW; see below). Every message carries credits back to its
+// send no more data, CloseWrite), 3..7 the direct path (ADVERT, DIRECT,
+// DECLINE, WITHDRAW, DECLINE-SMALL; see below). Every message carries credits back to its
 // receiver: how many receive requests the sender has re-posted (at most
 // 127) and how many ring bytes its reader has consumed (at most 4 MiB - 1)
 // since it last said so.
@@ -87,10 +87,9 @@
 // fail with errors wrapping net.ErrClosed; after a deadline, with errors
 // wrapping os.ErrDeadlineExceeded (and Timeout() true), as net does.
 //
-// # The direct path (Config.DirectThreshold; off by default)
+// # The direct path (Config.DirectThreshold)
 //
-// Built and tested on the in-memory link, off unless DirectThreshold is
-// set (experimental until measured on veth):
+// A reader that waits with a large buffer may have it filled in place:
 //
 //   - Receive requests get a 32-byte slot each in a control region, so
 //     that SEND WITH IMMEDIATE messages can carry a payload; DATA, CREDIT
@@ -98,11 +97,9 @@
 //     slot.
 //   - ADVERT (kind 3, a SEND): a Read with len(p) >= Config.DirectThreshold
 //     that finds the ring empty, with no FIN and no advert outstanding,
-//     registers p (for this Read only; a per-connection cache of regions
-//     is left to do, since roce's registration cache lives only while a
-//     region is registered) and sends {addr, rkey, len, head} (24 bytes,
-//     big-endian) in a SEND WITH IMMEDIATE, head being the ring position
-//     the reader has consumed.
+//     registers p and sends {addr, rkey, len, head} (24 bytes, big-endian)
+//     in a SEND WITH IMMEDIATE, head being the ring position the reader
+//     has consumed.
 //   - The writer's pump answers every ADVERT. If the writer has sent ring
 //     bytes beyond head (they were in flight when the advert was made), it
 //     sends DECLINE (kind 5) at once: RC order puts DECLINE behind those
@@ -130,9 +127,39 @@
 //     withdrawals are messages under the same credit rules (an ADVERT
 //     needs two credits like DATA; DECLINE may use the last one, like
 //     CREDIT, as it always returns the advert's receive request).
-//   - The decision: small or early writes find no advert and go to the
-//     ring (lowest latency); a reader that waits with a large buffer gets
-//     DIRECT for bulk (bandwidth, no receive-side copy). A writer may also
-//     hold a large Write briefly (a few µs) when the ring is full and an
-//     advert is likely, as EXS does; that heuristic is left to measure.
+//
+// Switching, as in EXS: small or early writes go to the ring (lowest
+// latency, the Write returns at once); bulk goes direct.
+//
+//   - A Write with less than 32 KiB left declines an advert it holds with
+//     DECLINE-SMALL (kind 7) and uses the ring. A reader whose advert came
+//     back so skips advertising for its next 1, 2, 4 … 64 Reads that could
+//     (reset by a DIRECT), so that a ping-pong with large Read buffers
+//     does not pay an ADVERT and a DECLINE per message.
+//   - Hold: a Write with at least 256 KiB left, when the peer has
+//     advertised since the last hold that failed, or (a probe) when the
+//     ring is nearly full (the reader is behind and a direct write would
+//     spare it a copy), stops filling the ring and waits for an advert:
+//     the bytes in flight drain, the reader finds the ring empty and, if
+//     its Read is large, advertises with head == sent. The hold gives up
+//     once every ring byte is acknowledged and the reader is within a
+//     quarter ring of the end (it returns no credits after that) and a
+//     grace has passed: twice the reader's recent time from a DIRECT to
+//     its next ADVERT (its work between Reads), 0.5 to 10 ms; or after
+//     50 ms. After a failed hold the writer does not hold again until the
+//     next advert, and probes only after 1, 2, 4 … 1024 more Writes.
+//     Steady bulk transfer with large Reads is then DIRECT after DIRECT:
+//     the reader re-advertises as soon as a Read returns, and the writer's
+//     next Write finds the advert there or holds for it.
+//   - Registration cache: each side keeps the last 4 buffers it
+//     registered for the direct path (by first byte and length) until the
+//     connection is released, so a loop over one Read or Write buffer
+//     registers it once (RegMR pins the pages; Dereg waits for the
+//     workers). A cached Read buffer stays open to the peer's RDMA WRITE
+//     (its rkey) while the connection lives: a peer that breaks the
+//     protocol could write into it between Reads, as it could into the
+//     ring; with DirectThreshold 0 no caller memory is ever exposed.
+//
+// Stats counts the bytes sent each way (DirectBytes, IndirectBytes), the
+// adverts, declines, holds and registration-cache hits.
 package stream

@@ -9,6 +9,8 @@ const (
 	kindDirect   = 4 // payload written into the advertised buffer
 	kindDecline  = 5 // the advert is returned unused
 	kindWithdraw = 6 // the reader asks for its advert back
+
+	kindDeclineSmall = 7 // DECLINE because the writer's data is small: advertise less
 )
 
 // slotSize is the payload room of each receive request and control send.
