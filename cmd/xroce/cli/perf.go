@@ -1055,29 +1055,31 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 // WRITE has landed. A WRITE completes nothing on this side, so it watches
 // the QP's received-frame counter (atomic loads, no lock) and looks at the
 // byte (MR.Load8: under the workers' locks, as the peer's next WRITE may
-// land while we look) only when a frame has come: taking the worker's lock
-// on every spin slowed the worker down. It spins, then naps, and gives up
-// after the timeout or at end (0 then).
+// land while we look) only when a frame has come. Between looks it does
+// the device's receive work itself (roce.Device.Progress), as a poller of
+// a CQ does: no worker goroutine has to wake up for the WRITE to land
+// (before, it spun 50 µs and then napped, because a spinning waiter
+// starved the workers: write_lat's median was 60 µs and its mean 101 µs
+// between two processes here, 45 and 955 spinning always). It gives up
+// after the timeout, or at end (0 then).
 func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, end time.Time) error {
-	start := time.Now()
-	deadline := start.Add(r.o.timeout)
+	deadline := time.Now().Add(r.o.timeout)
 	last := ^uint64(0)
-	for i := 0; ; i++ {
+	for i := 1; ; i++ {
 		if rx := p.qp.Stats().RxFrames; rx != last {
 			last = rx
 			if p.mr.Load8(off) == want {
 				return nil
 			}
 		}
-		if over(end) {
-			return nil
-		}
-		if i < spinPolls || time.Since(start) < spinWrite {
+		r.dev.Progress()
+		if i%spinYield == 0 {
 			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
 		}
-		if i%1024 == 1023 {
+		if i%1024 == 0 {
+			if over(end) {
+				return nil
+			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("no write from the peer for %v (message %d)", r.o.timeout, want)
 			}
@@ -1087,13 +1089,6 @@ func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, 
 		}
 	}
 }
-
-// spinWrite is how long waitWrite spins before it naps between looks.
-// Measured here (2 cores shared with other work, write_lat -n 10000 between
-// two processes): spinning 50 µs gave a median of 60 µs and a mean of
-// 101 µs; 200 µs 142 and 170; 1 ms 533 and 527; spinning always 45 and 955
-// (a long tail: two spinning processes starve the workers).
-const spinWrite = 50 * time.Microsecond
 
 // readLat is the client's read loop: one READ at a time.
 func (r *perfRun) readLat(ctx context.Context, size, iters int, end, origin time.Time, posted *[]time.Duration) (int, error) {
@@ -1203,15 +1198,17 @@ func (r *perfRun) pollOne(ctx context.Context, cq *roce.CQ) (int, error) {
 func (r *perfRun) pollUntil(ctx context.Context, cq *roce.CQ, end time.Time) (int, error) {
 	deadline := time.Now().Add(r.o.timeout)
 	for i := 0; ; i++ {
-		n, err := r.drain(cq)
+		n, err := r.drain(cq) // an empty CQ's Poll does the device's receive work
 		if n > 0 || err != nil {
 			return n, err
 		}
-		if over(end) {
-			return 0, nil
+		if i%spinYield == spinYield-1 {
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 		if i%1024 == 1023 {
+			if over(end) {
+				return 0, nil
+			}
 			if err := ctx.Err(); err != nil {
 				return 0, err
 			}

@@ -38,10 +38,11 @@ as ::ffff:a.b.c.d; index 0 is the link-local GID). -c validates the data as
 ibv_rc_pingpong -c does (the first byte of each 4 KiB page) and, between two
 xroce ends, every byte. -l (service level) and -o/-O/-P (on-demand paging)
 are accepted and ignored: xroce has no service levels on untagged Ethernet
-and its memory is always present. Without -e the completion queue is polled
-(for a short while, then xroce sleeps until the next completion, so that a
-spinning poller does not starve the device's own workers on a small
-machine); with -e it sleeps on every completion notification.`
+and its memory is always present. Without -e the completion queue is
+busy-polled, as ibv_rc_pingpong does, and the polling goroutine itself
+receives and answers the frames (xroce's caller-driven progress); with -e
+it sleeps on every completion notification and the device's goroutines do
+that work.`
 
 const pingpongExamples = `  xroce pingpong -d eth0 -g 1                 # server
   xroce pingpong -d eth0 -g 1 198.18.0.1      # client
@@ -581,39 +582,36 @@ func (s *ppSide) poll(ctx context.Context) (int, error) {
 	return pollCQ(ctx, s.cq, s.wcs[:], deadline, s.o.timeout)
 }
 
-// spinPolls is how many times pollCQ polls, yielding in between, before it
-// sleeps on the CQ's notification: long enough to catch a reply in a
-// ping-pong on an idle machine, short enough not to steal the core from
-// the device's workers (and the peer's) on a busy one. Measured here between
-// two processes, send_lat's mean was 78 µs with it, 462 µs spinning 2 ms
-// first and 1362 µs spinning always.
-const spinPolls = 200
-
-// pollCQ waits for completions on cq until deadline: it polls spinPolls
-// times, yielding to other goroutines, then sleeps until the CQ is
-// notified, and so on.
+// pollCQ waits for completions on cq until deadline by busy-polling it, as
+// ibv_rc_pingpong does without -e. Polling an empty CQ makes this
+// goroutine do the device's receive work (roce.Device.Progress), so the
+// spinning is the datapath at work rather than a poller starving the
+// device's goroutines of the cores they need (before, it spun 200 polls
+// and then slept on the CQ: send_lat's mean was 78 µs that way between
+// two processes here, 1362 µs spinning always). It yields to other
+// goroutines every few polls.
 func pollCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
-	for {
-		for range spinPolls {
-			if n := cq.Poll(wcs); n > 0 {
-				return n, nil
-			}
-			runtime.Gosched()
-		}
-		wctx, cancel := context.WithDeadline(ctx, deadline)
-		err := cq.Wait(wctx)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				return 0, fmt.Errorf("no completion for %v: is the peer still there?", timeout)
-			}
-			return 0, err
-		}
+	for i := 1; ; i++ {
 		if n := cq.Poll(wcs); n > 0 {
 			return n, nil
 		}
+		if i%spinYield == 0 {
+			runtime.Gosched()
+		}
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("no completion for %v: is the peer still there?", timeout)
+			}
+		}
 	}
 }
+
+// spinYield is how many polls pollCQ and perf's spinning loops make
+// between two yields to other goroutines.
+const spinYield = 16
 
 // data returns the message area of the buffer.
 func (s *ppSide) data() []byte {
