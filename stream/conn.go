@@ -103,6 +103,7 @@ type Conn struct {
 	declineSmall            bool // the DECLINE owed says the writes were small
 	peerAdv                 advert
 	advHint                 bool
+	advSeen                 bool // the peer has advertised on this connection: it may probe
 	holdSince, drainedAt    time.Time
 	probeBackoff, probeSkip int
 	// directAt is when the last DIRECT completed, until the next advert;
@@ -344,7 +345,7 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 		} else {
 			c.peerAdv, c.haveAdv = a, true
 		}
-		c.advHint = true
+		c.advHint, c.advSeen = true, true
 		if !c.directAt.IsZero() {
 			c.advGap = (3*c.advGap + time.Since(c.directAt)) / 4
 			c.directAt = time.Time{}
@@ -499,7 +500,8 @@ const (
 // buffers), or, as a probe, when the ring is full (the reader is behind
 // and a direct write would spare it a copy): the ring bytes already sent
 // drain, the reader finds the ring empty and advertises if its Read is
-// large. The hold gives up a grace after the reader is known to be within
+// large. Probes happen only once the peer has advertised at all, so a
+// peer with the direct path off never sees one. The hold gives up a grace after the reader is known to be within
 // a quarter ring of the end (no credit message comes after that): twice
 // the time the reader took lately from a DIRECT to its next advert,
 // within holdGrace and maxHoldGrace,
@@ -512,7 +514,7 @@ func (c *Conn) holdLocked(left int, full bool) (time.Time, bool) {
 	}
 	now := time.Now()
 	if c.holdSince.IsZero() {
-		if !c.advHint && (!full || c.probeSkip > 0) {
+		if !c.advHint && (!full || c.probeSkip > 0 || !c.advSeen) {
 			return time.Time{}, false
 		}
 		c.holdSince, c.drainedAt = now, time.Time{}

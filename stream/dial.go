@@ -22,10 +22,12 @@ type Config struct {
 	// Linger bounds how long Close and CloseWrite wait for credits and
 	// acknowledgements; 0 means 5 s.
 	Linger time.Duration
-	// DirectThreshold turns the direct path on: a Read of at least this
-	// many bytes that finds nothing queued advertises its buffer for the
-	// writer to fill with RDMA WRITE. 0 means off (everything through the
-	// ring). Experimental.
+	// DirectThreshold is the smallest Read that may be filled directly: a
+	// Read of at least this many bytes that finds nothing queued
+	// advertises its buffer for the writer to fill with RDMA WRITE (see
+	// the package doc). 0 means DefaultDirectThreshold; a negative value
+	// turns the direct path off: everything goes through the ring and no
+	// Read buffer is registered.
 	DirectThreshold int
 	// HandshakeTimeout bounds Accept's setup of one connection; 0 means
 	// 10 s. Dial is bounded by its context.
@@ -34,6 +36,13 @@ type Config struct {
 	// RetryCnt 6, so that a vanished peer is seen in about half a second.
 	Connect roce.ConnectOptions
 }
+
+// DefaultDirectThreshold is the direct path's threshold when
+// Config.DirectThreshold is 0: Reads of 256 KiB or more may be filled in
+// place. Measured on veth with 1 MiB writes and reads, direct gave 2.21
+// against 2.00 Gbit/s and 3.66 against 4.26 CPU s/GB (n=8); smaller
+// writes gained nothing, so smaller Reads do not advertise.
+const DefaultDirectThreshold = 256 << 10
 
 // ErrBadHello is wrapped by setup errors when the peer does not speak
 // this protocol.
@@ -45,6 +54,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Linger == 0 {
 		c.Linger = 5 * time.Second
+	}
+	switch {
+	case c.DirectThreshold == 0:
+		c.DirectThreshold = DefaultDirectThreshold
+	case c.DirectThreshold < 0:
+		c.DirectThreshold = 0 // off
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 10 * time.Second

@@ -89,7 +89,8 @@
 //
 // # The direct path (Config.DirectThreshold)
 //
-// A reader that waits with a large buffer may have it filled in place:
+// A reader that waits with a large buffer (256 KiB by default; see
+// DefaultDirectThreshold) may have it filled in place:
 //
 //   - Receive requests get a 32-byte slot each in a control region, so
 //     that SEND WITH IMMEDIATE messages can carry a payload; DATA, CREDIT
@@ -139,7 +140,8 @@
 //   - Hold: a Write with at least 256 KiB left, when the peer has
 //     advertised since the last hold that failed, or (a probe) when the
 //     ring is nearly full (the reader is behind and a direct write would
-//     spare it a copy), stops filling the ring and waits for an advert:
+//     spare it a copy) and the peer has advertised before on this
+//     connection, stops filling the ring and waits for an advert:
 //     the bytes in flight drain, the reader finds the ring empty and, if
 //     its Read is large, advertises with head == sent. The hold gives up
 //     once every ring byte is acknowledged and the reader is within a
@@ -158,7 +160,8 @@
 //     workers). A cached Read buffer stays open to the peer's RDMA WRITE
 //     (its rkey) while the connection lives: a peer that breaks the
 //     protocol could write into it between Reads, as it could into the
-//     ring; with DirectThreshold 0 no caller memory is ever exposed.
+//     ring; with a negative DirectThreshold no caller memory is ever
+//     exposed.
 //
 // Stats counts the bytes sent each way (DirectBytes, IndirectBytes), the
 // adverts, declines, holds and registration-cache hits.

@@ -76,7 +76,7 @@ func runPerfStream(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.iters, "n", 0, "`iterations`: writes per size (default 256 MiB worth) and ping-pong round trips (default 10000)")
 	fs.IntVar(&o.duration, "D", 0, "run each test for `seconds` instead of a number of iterations")
 	fs.IntVar(&o.size, "s", 0, "test only this write size in `bytes` (default 4096, 65536 and 1048576)")
-	fs.IntVar(&o.direct, "direct", o.direct, "direct-path threshold in `bytes` (stream.Config.DirectThreshold; 0 = off; default the package's)")
+	fs.IntVar(&o.direct, "direct", o.direct, "direct-path threshold in `bytes`: Reads this large may be filled in place (0 = off; -1 = stream.DefaultDirectThreshold)")
 	fs.IntVar(&o.ring, "ring", 0, "receive ring in `bytes` (default the package's, 1 MiB)")
 	fs.BoolVar(&o.tcp, "tcp", o.tcp, "run each test over TCP too")
 	fs.BoolVar(&o.bw, "bw", o.bw, "run the throughput tests")
@@ -142,11 +142,14 @@ func (o *psOptions) sizes() []int {
 	return []int{4 << 10, 64 << 10, 1 << 20}
 }
 
-// streamConfig is the stream configuration both ends use.
-func (o *psOptions) streamConfig() stream.Config {
-	cfg := stream.Config{RingSize: o.ring}
-	if o.direct >= 0 {
-		cfg.DirectThreshold = o.direct
+// psConfig is the stream configuration of -direct and -ring.
+func psConfig(direct, ring int) stream.Config {
+	cfg := stream.Config{RingSize: ring}
+	switch {
+	case direct == 0:
+		cfg.DirectThreshold = -1 // off
+	case direct > 0:
+		cfg.DirectThreshold = direct
 	}
 	return cfg
 }
@@ -258,10 +261,7 @@ func (s *psServer) serve(ctx context.Context, ip net.IP) error {
 	if req.Op != "hello" {
 		return fmt.Errorf("control connection: %q first, want hello (is the client xroce perf stream?)", req.Op)
 	}
-	cfg := stream.Config{RingSize: req.Ring}
-	if req.Direct >= 0 {
-		cfg.DirectThreshold = req.Direct
-	}
+	cfg := psConfig(req.Direct, req.Ring)
 	host := ip.String()
 	err := s.do(func() (err error) {
 		if s.sln, err = cfg.Listen(s.dev, net.JoinHostPort(host, "0")); err != nil {
@@ -516,7 +516,7 @@ func (c *psClient) dial(ctx context.Context, transport string) (net.Conn, error)
 	var conn net.Conn
 	err := c.do(func() (err error) {
 		if transport == "xroce" {
-			conn, err = c.o.streamConfig().Dial(ctx, c.dev, net.JoinHostPort(c.host, strconv.Itoa(c.sport)))
+			conn, err = psConfig(c.o.direct, c.o.ring).Dial(ctx, c.dev, net.JoinHostPort(c.host, strconv.Itoa(c.sport)))
 			return err
 		}
 		var d net.Dialer
@@ -681,7 +681,7 @@ func sizeName(n int) string {
 func (c *psClient) header() {
 	o := c.o
 	w := c.e.stdout
-	direct := "package default"
+	direct := sizeName(stream.DefaultDirectThreshold) + " (default)"
 	switch {
 	case o.direct == 0:
 		direct = "off"
