@@ -59,10 +59,14 @@ EOF
 	cp -a "$root/etc/initramfs-tools" "$root/tmp/ird"
 	sed -i -e 's/^MODULES=.*/MODULES=list/' -e 's/^#\?COMPRESS=.*/COMPRESS=gzip/' "$root/tmp/ird/initramfs.conf"
 	printf '%s\n' virtio_pci virtio_blk ext4 >"$root/tmp/ird/modules"
+	# BUILD_PROC tells interop/run's exit trap to unmount it if we are
+	# stopped meanwhile.
+	BUILD_PROC=$root/proc
 	mount -t proc proc "$root/proc"
 	nice -n 19 chroot "$root" mkinitramfs -d /tmp/ird -o /tmp/initrd.img "$kver" >"$dir/mkinitramfs.log" 2>&1
 	local rc=$?
 	umount "$root/proc"
+	BUILD_PROC=""
 	[ $rc -eq 0 ] || { tail -20 "$dir/mkinitramfs.log" >&2; return 1; }
 	mv "$root/tmp/initrd.img" "$dir/initrd.img"
 	rm -rf "$root/tmp/ird"
@@ -95,13 +99,16 @@ ensure_image() {
 		tmp="$CACHE/.rootfs-$key1.$$"
 		rm -rf "$tmp"
 		mkdir -p "$tmp"
+		BUILD_TMP=$tmp # removed by interop/run's exit trap if we are stopped
 		if ! build_rootfs "$tmp"; then
 			mountpoint -q "$tmp/rootfs/proc" && umount "$tmp/rootfs/proc"
 			rm -rf "$tmp"
+			BUILD_TMP=""
 			return 1
 		fi
 		rm -rf "$dir"
 		mv "$tmp" "$dir"
+		BUILD_TMP=""
 		# Rootfs trees of other package lists or build scripts are stale.
 		find "$CACHE" -maxdepth 1 -name 'rootfs-*' ! -name "rootfs-$key1" -exec rm -rf {} +
 		echo "interop: rootfs built in $(($(date +%s) - t0)) s: $dir" >&2
