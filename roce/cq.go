@@ -136,7 +136,7 @@ func (c *CQ) Overflows() uint64 { return c.overflows.Load() }
 // Call Notify each time before sleeping on the channel: it tells the
 // workers that this goroutine stops polling, so that they receive (see
 // Device.Progress); a channel kept from an earlier call may otherwise wait
-// up to a millisecond for a message after a Poll.
+// up to 10 ms for a message after a Poll.
 func (c *CQ) Notify() <-chan struct{} {
 	c.d.unpoll(c.workers.Load())
 	return c.notify

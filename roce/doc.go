@@ -39,7 +39,10 @@
 // transport in order: a worker whose link is wanted by pollers hands it
 // over after its current batch and parks; it still runs timers and the
 // work of user calls, and takes the link back when a poller sleeps
-// (CQ.Wait, CQ.Notify) or a millisecond after the last poll.
+// (CQ.Wait, CQ.Notify) or, at its next look (1 to 10 ms apart), when
+// nobody has polled for a millisecond. A poller holds back the ACKs of
+// what it received until its next call (or its next post, which sends
+// them along with its own frames in one transmit).
 // Config.NoPollProgress leaves CQ.Poll to look at the CQ only.
 //
 // # Resources

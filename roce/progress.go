@@ -29,11 +29,17 @@ import (
 // keeps the link until its next batch (which it handles itself), then
 // parks. From then on pollers receive, and the parked goroutine wakes only
 // for timers, for work that user calls queue on links that do not let
-// them transmit, and to take the link back once nobody has polled for a
-// millisecond (pollLease), or at once when a poller goes to sleep in
-// CQ.Wait or fetches CQ.Notify. Only one goroutine receives from a link
-// at a time, so frames reach the transport in order. With
-// Config.BusyPoll the workers spin and Progress does nothing.
+// them transmit, and to take the link back: at once when a poller goes to
+// sleep in CQ.Wait or fetches CQ.Notify, else when it finds that nobody
+// has polled for a millisecond (pollLease; it looks 1 to 10 ms apart).
+// Only one goroutine receives from a link at a time, so frames reach the
+// transport in order. With Config.BusyPoll the workers spin and Progress
+// does nothing.
+//
+// The ACKs and responses to what Progress received are held back until
+// the next Progress or post on that worker, so that a poller that answers
+// a message at once sends both in one transmit call; a parked goroutine
+// that wakes sends them too.
 //
 // Progress does not allocate and is safe for concurrent use.
 func (d *Device) Progress() int { return d.progress(^uint64(0)) }
@@ -62,9 +68,12 @@ func (d *Device) unpoll(mask uint64) {
 	}
 }
 
-// pollLease is how long after the latest poll the parked goroutine takes
-// the link back: a poller that stops polling without saying so (CQ.Wait,
-// CQ.Notify) leaves frames waiting up to this long.
+// pollLease is how long after the latest poll the link counts as
+// abandoned: a poller that stops polling without saying so (CQ.Wait,
+// CQ.Notify) leaves frames waiting until the parked goroutine next looks,
+// pollLease to idleTick later. While pollers go on polling the goroutine
+// looks less and less often (it doubles leaseLen up to idleTick), so that
+// it does not take a core from them a thousand times a second.
 const pollLease = time.Millisecond
 
 // noPoll is polled's value when nobody polls.
@@ -73,11 +82,12 @@ const noPoll = math.MinInt64 / 2
 // parkBatch is the goroutine's loop while pollers receive: it sleeps until
 // the engine's next deadline, a kick or the end of the pollers' lease,
 // then runs the engine (timers, requests queued by user calls, frames
-// other workers forwarded) and takes the link back once the lease is over.
-// It reports whether the worker is stopping.
+// other workers forwarded) and takes the link back once nobody has polled
+// for pollLease. It reports whether the worker is stopping.
 func (w *worker) parkBatch() bool {
 	now := w.d.now()
-	lease := time.Duration(w.polled.Load()) + pollLease
+	polled := time.Duration(w.polled.Load())
+	lease := polled + w.leaseLen
 	until := min(time.Duration(w.deadline.Load()), lease)
 	w.sleepUntil.Store(int64(until))
 	w.parked.Store(true)
@@ -85,7 +95,7 @@ func (w *worker) parkBatch() bool {
 	// Look again after publishing parked: a user call or unpoll that
 	// came in between did not see it and did not wake us.
 	if !w.pending.Swap(false) && until > now &&
-		time.Duration(w.deadline.Load()) >= until && time.Duration(w.polled.Load())+pollLease >= lease {
+		time.Duration(w.deadline.Load()) >= until && time.Duration(w.polled.Load()) >= polled {
 		w.parks.Add(1)
 		w.timer.Reset(until - now)
 		select {
@@ -106,8 +116,12 @@ func (w *worker) parkBatch() bool {
 	w.deadline.Store(int64(w.eng.Poll(now)))
 	w.out.flush()
 	w.afterBatch()
-	if time.Duration(w.polled.Load())+pollLease <= now {
+	switch {
+	case time.Duration(w.polled.Load())+pollLease <= now:
 		w.receiving.Store(true)
+		w.leaseLen = pollLease
+	case now >= lease:
+		w.leaseLen = min(2*w.leaseLen, idleTick)
 	}
 	return false
 }
@@ -127,6 +141,7 @@ func (w *worker) progress() int {
 		w.mu.Unlock()
 		return 0
 	}
+	w.out.flush() // what the previous call held back
 	n, err := w.link.Receive(w.pbufs, 0)
 	if err != nil {
 		if n > 0 {
@@ -137,6 +152,7 @@ func (w *worker) progress() int {
 		}
 		// Give the link back to the goroutine, which pauses on
 		// errors and stops on a closed link.
+		w.out.flush()
 		w.receiving.Store(true)
 		w.polled.Store(noPoll)
 		w.mu.Unlock()
@@ -156,7 +172,14 @@ func (w *worker) progress() int {
 	if fed > 0 || w.pending.Swap(false) || time.Duration(w.deadline.Load()) <= now {
 		dl := w.eng.Poll(now)
 		w.deadline.Store(int64(dl))
-		w.out.flush()
+		if fed == 0 {
+			w.out.flush()
+		}
+		// Otherwise hold the answers to the frames (ACKs, responses)
+		// back: the poller is likely to post its own request at once,
+		// which sends them along in the same transmit call (one system
+		// call instead of two with AF_XDP); else its next Progress
+		// does, or the goroutine when it wakes.
 		w.afterBatch()
 		wake = dl < time.Duration(w.sleepUntil.Load())
 	}

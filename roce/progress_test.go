@@ -3,6 +3,8 @@ package roce
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"testing"
@@ -397,5 +399,61 @@ func TestProgressAllocs(t *testing.T) {
 	}
 	if s := da.Stats(); s.PolledFrames == 0 {
 		t.Error("no frame polled")
+	}
+}
+
+// countLink counts Transmit calls and frames.
+type countLink struct {
+	link.Link
+	calls, frames int
+}
+
+func (c *countLink) Transmit(bufs [][]byte) (int, error) {
+	c.calls++
+	c.frames += len(bufs)
+	return c.Link.Transmit(bufs)
+}
+
+// A poller holds the ACK of a message it received back until it answers,
+// and both leave in one transmit call (one system call with AF_XDP).
+func TestProgressHoldsAnswers(t *testing.T) {
+	pa, pb := link.NewPipe(link.PipeConfig{Buffers: 512, MACA: macA, MACB: macB})
+	lb := &countLink{Link: pb}
+	da, err := NewDevice([]link.Link{pa}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}, noGoroutines: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := NewDevice([]link.Link{lb}, Config{Addrs: []netip.Addr{ipB}, Neighbors: map[netip.Addr]net.HardwareAddr{ipA: macA}, noGoroutines: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	a, b := rcPair(t, da, db, 64)
+	var wc [1]WC
+	for i := range 10 {
+		if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		calls, frames := lb.calls, lb.frames
+		pump(t, 10*time.Second, func() bool { return b.cq.poll(wc[:]) == 1 }, db)
+		if lb.calls != calls {
+			t.Fatalf("message %d: b transmitted %d times before answering, want 0 (ACK held back)", i, lb.calls-calls)
+		}
+		if err := b.qp.PostSend(&SendWR{ID: 3, Opcode: WRSend, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if lb.calls != calls+1 || lb.frames != frames+2 {
+			t.Fatalf("message %d: b's answer took %d transmit calls for %d frames, want 1 for 2 (ACK and SEND)", i, lb.calls-calls, lb.frames-frames)
+		}
+		if err := a.qp.PostRecv(&RecvWR{ID: 4, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		pump(t, 10*time.Second, func() bool { return a.cq.poll(wc[:]) == 1 }, da)
+		da.Progress() // sends a's ACK
+		pump(t, 10*time.Second, func() bool { return b.qp.q.SendQueued() == 0 }, db)
 	}
 }

@@ -70,12 +70,13 @@ type worker struct {
 	// receive under mu. polled is the engine time of the latest poll
 	// (noPoll when a poller went to sleep): the goroutine parks after a
 	// batch if someone polled less than pollLease before, and takes the
-	// link back pollLease after the latest poll.
+	// link back when nobody has polled for pollLease.
 	receiving atomic.Bool
 	parked    atomic.Bool
 	polled    atomic.Int64
 	park      chan struct{} // wakes the parked goroutine; capacity 1
 	timer     *time.Timer   // the parked goroutine's; owned by it
+	leaseLen  time.Duration // how long it parks at most; owned by it
 
 	forwarded, fwdDropped, txDropped, batches, linkErrors atomic.Uint64
 	polledFrames, polledBatches, parks                    atomic.Uint64
@@ -97,6 +98,7 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	w.deadline.Store(int64(qp.Never))
 	w.sleepUntil.Store(int64(qp.Never))
 	w.polled.Store(noPoll)
+	w.leaseLen = pollLease
 	w.receiving.Store(true)
 	w.timer = time.NewTimer(time.Hour)
 	w.timer.Stop()
