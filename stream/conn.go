@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xroce/xroce/roce"
@@ -65,6 +67,15 @@ type Conn struct {
 
 	wmu sync.Mutex // serializes Write and CloseWrite
 	rmu sync.Mutex // serializes Read
+
+	// pollMu is held from a CQ poll to the end of handling what it
+	// returned (by the pump or a spinning Read), so that completions are
+	// handled in order; it guards cqGone and rwcs.
+	pollMu   sync.Mutex
+	cqGone   bool
+	rwcs     [16]roce.WC  // a spinning Read's completions
+	spinning atomic.Int32 // Reads polling the CQ
+	spun     chan struct{}
 
 	// mu guards everything below; wake is closed and replaced whenever
 	// the state changes, to wake every waiter.
@@ -147,6 +158,7 @@ func (c *Conn) start() {
 	c.rregs = regCache{pd: c.pd, access: roce.AccessLocalWrite | roce.AccessRemoteWrite}
 	c.wregs = regCache{pd: c.pd, access: roce.AccessLocalWrite}
 	c.wake = make(chan struct{})
+	c.spun = make(chan struct{}, 1)
 	c.msgCredits = recvDepth
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -278,30 +290,117 @@ func (c *Conn) failLocked(err error) {
 }
 
 // pump handles the CQ's completions until ctx is done.
+//
+// With Config.ReadSpin, a Read that finds the ring empty polls the CQ
+// itself for a while before it sleeps; CQ.Poll then runs the device's
+// receive path in the Read's goroutine (roce.Device.Progress), so a
+// message goes from the link through the transport into the ring without
+// waking a worker, the pump and then the reader. Meanwhile the pump keeps
+// off the CQ: CQ.Wait would hand the link back to the workers.
 func (c *Conn) pump(ctx context.Context) {
 	defer close(c.pumpDone)
 	wcs := make([]roce.WC, 64)
 	for {
-		n := c.cq.Poll(wcs)
-		if n == 0 {
-			if err := c.cq.Wait(ctx); err != nil {
-				if ctx.Err() == nil {
-					c.mu.Lock()
-					c.failLocked(err)
-					c.mu.Unlock()
-				}
+		if c.pollCQ(wcs, false) > 0 {
+			continue
+		}
+		if c.spinning.Load() > 0 {
+			select {
+			case <-c.spun:
+			case <-ctx.Done():
 				return
 			}
 			continue
 		}
-		c.mu.Lock()
-		for i := range wcs[:n] {
-			c.handleLocked(&wcs[i])
+		if err := c.cq.Wait(ctx); err != nil {
+			if ctx.Err() == nil {
+				c.mu.Lock()
+				c.failLocked(err)
+				c.mu.Unlock()
+			}
+			return
 		}
-		c.flushDeclineLocked()
-		c.maybeCreditLocked()
-		c.broadcastLocked()
-		c.mu.Unlock()
+	}
+}
+
+// pollCQ polls the CQ once and handles what it returned; the poll lock is
+// held from Poll to the end of the handling, so completions are handled
+// in order whoever polls. Without progress an empty CQ is left alone:
+// Poll would run the device's receive path and make the device hand its
+// link to pollers, which the pump is not.
+func (c *Conn) pollCQ(wcs []roce.WC, progress bool) int {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	if c.cqGone || !progress && c.cq.Len() == 0 {
+		return 0
+	}
+	n := c.cq.Poll(wcs)
+	if n == 0 {
+		return 0
+	}
+	c.mu.Lock()
+	for i := range wcs[:n] {
+		c.handleLocked(&wcs[i])
+	}
+	c.flushDeclineLocked()
+	c.maybeCreditLocked()
+	c.broadcastLocked()
+	c.mu.Unlock()
+	return n
+}
+
+// spinLocked polls the CQ from the calling Read for up to Config.ReadSpin
+// (or until dl) and says whether the connection's state changed
+// meanwhile, by its own poll or another's.
+func (c *Conn) spinLocked(dl time.Time) bool {
+	ch := c.wake
+	c.spinning.Add(1)
+	c.mu.Unlock()
+	changed := c.spin(ch, earliest(time.Now().Add(c.cfg.ReadSpin), dl))
+	if !changed {
+		// Going to sleep: the device's workers take their links back
+		// now rather than a poll lease later.
+		c.pollMu.Lock()
+		if !c.cqGone {
+			c.cq.Notify()
+		}
+		c.pollMu.Unlock()
+	}
+	c.spinning.Add(-1)
+	select {
+	case c.spun <- struct{}{}:
+	default:
+	}
+	c.mu.Lock()
+	if !changed {
+		// A change after the last look must not be lost: the caller
+		// waits on the new wake channel.
+		select {
+		case <-ch:
+			changed = true
+		default:
+		}
+	}
+	return changed
+}
+
+// spin polls until a completion is handled, ch is closed or end passes.
+func (c *Conn) spin(ch chan struct{}, end time.Time) bool {
+	for i := 0; ; i++ {
+		if c.pollCQ(c.rwcs[:], true) > 0 {
+			return true
+		}
+		select {
+		case <-ch:
+			return true
+		default:
+		}
+		if i%8 == 7 {
+			if !time.Now().Before(end) {
+				return false
+			}
+			runtime.Gosched()
+		}
 	}
 }
 
@@ -436,7 +535,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.advertLocked(p)
 			continue
 		default:
-			c.waitLocked(c.rdl)
+			if c.cfg.ReadSpin <= 0 || !c.spinLocked(c.rdl) {
+				c.waitLocked(c.rdl)
+			}
 			continue
 		}
 		break
@@ -769,7 +870,10 @@ func (c *Conn) release() {
 			}
 		}
 		if c.cq != nil {
+			c.pollMu.Lock()
+			c.cqGone = true
 			c.cq.Destroy()
+			c.pollMu.Unlock()
 		}
 		c.mu.Lock()
 		c.advMR = nil

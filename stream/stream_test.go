@@ -374,3 +374,59 @@ func TestPipeDirectDeadline(t *testing.T) {
 		t.Errorf("stats %+v: want adverts and declines", s)
 	}
 }
+
+// Reads that spin on the CQ (Config.ReadSpin): data both ways, a
+// ping-pong, a read deadline and a Close while a Read spins.
+func TestPipeReadSpin(t *testing.T) {
+	da, db := pipeDevices(t, link.Faults{}, 0)
+	cfg := Config{RingSize: 64 << 10, ReadSpin: 200 * time.Microsecond}
+	a, b := pair(t, da, db, cfg)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		transfer(t, a, b, 4<<20, 20<<10, 5<<10, 51)
+	}()
+	transfer(t, b, a, 2<<20, 300, 9<<10, 52)
+	wg.Wait()
+	errc := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		for range 1000 {
+			if _, err := io.ReadFull(b, buf); err != nil {
+				errc <- err
+				return
+			}
+			if _, err := b.Write(buf); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	buf := make([]byte, 64)
+	for i := range 1000 {
+		buf[0] = byte(i)
+		if _, err := a.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(a, buf); err != nil || buf[0] != byte(i) {
+			t.Fatalf("round trip %d: %v, byte %d", i, err, buf[0])
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	a.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if _, err := a.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: %v", err)
+	}
+	a.SetReadDeadline(time.Time{})
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.Close()
+	}()
+	if _, err := a.Read(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read during Close: %v, want net.ErrClosed", err)
+	}
+}

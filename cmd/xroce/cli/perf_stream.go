@@ -62,6 +62,7 @@ type psOptions struct {
 	size     int // one write size; 0: all
 	direct   int // stream.Config.DirectThreshold; -1: the package's default
 	ring     int
+	spin     time.Duration
 	tcp      bool
 	lat, bw  bool
 	self     bool // -netns
@@ -78,6 +79,7 @@ func runPerfStream(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.size, "s", 0, "test only this write size in `bytes` (default 4096, 65536 and 1048576)")
 	fs.IntVar(&o.direct, "direct", o.direct, "direct-path threshold in `bytes`: Reads this large may be filled in place (0 = off; -1 = stream.DefaultDirectThreshold)")
 	fs.IntVar(&o.ring, "ring", 0, "receive ring in `bytes` (default the package's, 1 MiB)")
+	fs.DurationVar(&o.spin, "spin", 0, "a Read with nothing to read polls this `long` before it sleeps (stream.Config.ReadSpin), at both ends")
 	fs.BoolVar(&o.tcp, "tcp", o.tcp, "run each test over TCP too")
 	fs.BoolVar(&o.bw, "bw", o.bw, "run the throughput tests")
 	fs.BoolVar(&o.lat, "lat", o.lat, "run the ping-pong test")
@@ -127,6 +129,8 @@ func (o *psOptions) check() error {
 		return usagef("perf stream: -ring %d: want 4096..2097152 bytes", o.ring)
 	case o.timeout <= 0:
 		return usagef("perf stream: -timeout %v: want a positive duration", o.timeout)
+	case o.spin < 0 || o.spin > time.Second:
+		return usagef("perf stream: -spin %v: want 0 to 1s", o.spin)
 	case !o.bw && !o.lat:
 		return usagef("perf stream: -bw=false and -lat=false leave nothing to run")
 	case o.self && (o.host != "" || o.dev != ""):
@@ -142,9 +146,9 @@ func (o *psOptions) sizes() []int {
 	return []int{4 << 10, 64 << 10, 1 << 20}
 }
 
-// psConfig is the stream configuration of -direct and -ring.
-func psConfig(direct, ring int) stream.Config {
-	cfg := stream.Config{RingSize: ring}
+// psConfig is the stream configuration of -direct, -ring and -spin.
+func psConfig(direct, ring int, spin time.Duration) stream.Config {
+	cfg := stream.Config{RingSize: ring, ReadSpin: spin}
 	switch {
 	case direct == 0:
 		cfg.DirectThreshold = -1 // off
@@ -157,10 +161,11 @@ func psConfig(direct, ring int) stream.Config {
 // The control connection carries one JSON object a line each way: the
 // client's psRequest, the server's psReply.
 type psRequest struct {
-	Op        string // "hello", "bw", "pp", "bye"
-	Transport string // "xroce", "tcp"
-	Direct    int    // hello: DirectThreshold, -1 for the default
-	Ring      int    // hello: RingSize
+	Op        string        // "hello", "bw", "pp", "bye"
+	Transport string        // "xroce", "tcp"
+	Direct    int           // hello: DirectThreshold, -1 for the default
+	Ring      int           // hello: RingSize
+	Spin      time.Duration `json:",omitempty"` // hello: ReadSpin
 }
 
 type psReply struct {
@@ -261,7 +266,7 @@ func (s *psServer) serve(ctx context.Context, ip net.IP) error {
 	if req.Op != "hello" {
 		return fmt.Errorf("control connection: %q first, want hello (is the client xroce perf stream?)", req.Op)
 	}
-	cfg := psConfig(req.Direct, req.Ring)
+	cfg := psConfig(req.Direct, req.Ring, req.Spin)
 	host := ip.String()
 	err := s.do(func() (err error) {
 		if s.sln, err = cfg.Listen(s.dev, net.JoinHostPort(host, "0")); err != nil {
@@ -468,7 +473,7 @@ type psClient struct {
 
 func (c *psClient) run(ctx context.Context) error {
 	o := c.o
-	if err := c.ctl.send(psRequest{Op: "hello", Direct: o.direct, Ring: o.ring}); err != nil {
+	if err := c.ctl.send(psRequest{Op: "hello", Direct: o.direct, Ring: o.ring, Spin: o.spin}); err != nil {
 		return err
 	}
 	var rep psReply
@@ -516,7 +521,7 @@ func (c *psClient) dial(ctx context.Context, transport string) (net.Conn, error)
 	var conn net.Conn
 	err := c.do(func() (err error) {
 		if transport == "xroce" {
-			conn, err = psConfig(c.o.direct, c.o.ring).Dial(ctx, c.dev, net.JoinHostPort(c.host, strconv.Itoa(c.sport)))
+			conn, err = psConfig(c.o.direct, c.o.ring, c.o.spin).Dial(ctx, c.dev, net.JoinHostPort(c.host, strconv.Itoa(c.sport)))
 			return err
 		}
 		var d net.Dialer
@@ -699,6 +704,9 @@ func (c *psClient) header() {
 	}
 	if o.lat && o.duration == 0 {
 		bound = append(bound, fmt.Sprintf("%d round trips", cmp.Or(o.iters, psRoundTrip)))
+	}
+	if o.spin > 0 {
+		direct += fmt.Sprintf("; reads spin %v", o.spin)
 	}
 	fmt.Fprintf(w, "xroce perf stream: %s -> %s on %s; direct path: %s; %s\n", c.localIP(), c.host, c.dev.Info().Name, direct, strings.Join(bound, ", "))
 	cpu := "cpu-s/GB client+server"

@@ -70,6 +70,7 @@ func TestPerfStream(t *testing.T) {
 		{"all", []string{"-n", "50"}, 3, 2, 50},
 		{"direct", []string{"-n", "40", "-s", "262144", "-direct", "65536", "-tcp=false", "-lat=false"}, 1, 1, 0},
 		{"latency", []string{"-n", "300", "-bw=false"}, 0, 2, 300},
+		{"spin", []string{"-n", "300", "-bw=false", "-tcp=false", "-spin", "200us"}, 0, 1, 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			port := 18700 + i
@@ -142,6 +143,7 @@ func TestPerfStreamBadFlags(t *testing.T) {
 		{[]string{"-direct", "-5"}, "-direct -5"},
 		{[]string{"-ring", "100"}, "-ring 100: want 4096"},
 		{[]string{"-timeout", "0s"}, "-timeout 0s"},
+		{[]string{"-spin", "2s"}, "-spin 2s: want 0 to 1s"},
 		{[]string{"-bw=false", "-lat=false"}, "leave nothing to run"},
 		{[]string{"-netns", "198.18.0.1"}, "-netns makes its own link"},
 		{[]string{"-netns", "-d", "eth0"}, "-netns makes its own link"},
