@@ -94,8 +94,9 @@
 //
 // # The direct path (Config.DirectThreshold)
 //
-// A reader that waits with a large buffer (256 KiB by default; see
-// DefaultDirectThreshold) may have it filled in place:
+// Off by default (see Config.DirectThreshold for the measurements). With
+// it, a reader that waits with a large buffer may have it filled in
+// place:
 //
 //   - Receive requests get a 32-byte slot each in a control region, so
 //     that SEND WITH IMMEDIATE messages can carry a payload; DATA, CREDIT
@@ -165,8 +166,7 @@
 //     workers). A cached Read buffer stays open to the peer's RDMA WRITE
 //     (its rkey) while the connection lives: a peer that breaks the
 //     protocol could write into it between Reads, as it could into the
-//     ring; with a negative DirectThreshold no caller memory is ever
-//     exposed.
+//     ring; with DirectThreshold 0 no caller memory is ever exposed.
 //
 // Stats counts the bytes sent each way (DirectBytes, IndirectBytes), the
 // adverts, declines, holds and registration-cache hits.

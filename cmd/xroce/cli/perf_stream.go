@@ -28,7 +28,7 @@ writes (the reader reads up to 1 MiB at a time), 64-byte ping-pong latency
 (p50 and p99 of the round trip), CPU seconds per GB at both ends (user+system
 of each process, the server's sent back over the control connection), and how
 many bytes went directly into the reader's buffer (RDMA WRITE into an
-advertised Read buffer) rather than through its ring.
+advertised Read buffer; off unless -direct) rather than through its ring.
 
 Without HOST it is the server and waits for one client; with HOST it is the
 client, which drives the tests and prints the table. Each test uses a new
@@ -60,7 +60,7 @@ type psOptions struct {
 	iters    int // writes per size and round trips; 0: the defaults
 	duration int // seconds per test instead
 	size     int // one write size; 0: all
-	direct   int // stream.Config.DirectThreshold; -1: the package's default
+	direct   int // stream.Config.DirectThreshold; 0: off
 	ring     int
 	spin     time.Duration
 	tcp      bool
@@ -70,14 +70,14 @@ type psOptions struct {
 }
 
 func runPerfStream(ctx context.Context, e *env, args []string) error {
-	o := psOptions{port: 18515, direct: -1, tcp: true, lat: true, bw: true}
+	o := psOptions{port: 18515, tcp: true, lat: true, bw: true}
 	fs := newFlagSet(e, "perf stream", "[flags] [HOST]", perfStreamAbout, perfStreamExamples)
 	fs.StringVar(&o.dev, "d", "", "network `interface` to use (default: the route's to HOST, or the only one with an address)")
 	fs.IntVar(&o.port, "p", o.port, "TCP `port` of the control connection")
 	fs.IntVar(&o.iters, "n", 0, "`iterations`: writes per size (default 256 MiB worth) and ping-pong round trips (default 10000)")
 	fs.IntVar(&o.duration, "D", 0, "run each test for `seconds` instead of a number of iterations")
 	fs.IntVar(&o.size, "s", 0, "test only this write size in `bytes` (default 4096, 65536 and 1048576)")
-	fs.IntVar(&o.direct, "direct", o.direct, "direct-path threshold in `bytes`: Reads this large may be filled in place (0 = off; -1 = stream.DefaultDirectThreshold)")
+	fs.IntVar(&o.direct, "direct", 0, "direct-path threshold in `bytes`: Reads this large may be filled in place (stream.Config.DirectThreshold; 0 = off)")
 	fs.IntVar(&o.ring, "ring", 0, "receive ring in `bytes` (default the package's, 1 MiB)")
 	fs.DurationVar(&o.spin, "spin", 0, "a Read with nothing to read polls this `long` before it sleeps (stream.Config.ReadSpin), at both ends")
 	fs.BoolVar(&o.tcp, "tcp", o.tcp, "run each test over TCP too")
@@ -123,7 +123,7 @@ func (o *psOptions) check() error {
 		return usagef("perf stream: -s %d: want 1..%d bytes", o.size, 16<<20)
 	case o.port < 1 || o.port > 65535:
 		return usagef("perf stream: -p %d: want a TCP port 1..65535", o.port)
-	case o.direct < -1:
+	case o.direct < 0:
 		return usagef("perf stream: -direct %d: want a number of bytes, 0 for off", o.direct)
 	case o.ring != 0 && (o.ring < 4<<10 || o.ring > 2<<20):
 		return usagef("perf stream: -ring %d: want 4096..2097152 bytes", o.ring)
@@ -148,14 +148,7 @@ func (o *psOptions) sizes() []int {
 
 // psConfig is the stream configuration of -direct, -ring and -spin.
 func psConfig(direct, ring int, spin time.Duration) stream.Config {
-	cfg := stream.Config{RingSize: ring, ReadSpin: spin}
-	switch {
-	case direct == 0:
-		cfg.DirectThreshold = -1 // off
-	case direct > 0:
-		cfg.DirectThreshold = direct
-	}
-	return cfg
+	return stream.Config{RingSize: ring, ReadSpin: spin, DirectThreshold: direct}
 }
 
 // The control connection carries one JSON object a line each way: the
@@ -163,7 +156,7 @@ func psConfig(direct, ring int, spin time.Duration) stream.Config {
 type psRequest struct {
 	Op        string        // "hello", "bw", "pp", "bye"
 	Transport string        // "xroce", "tcp"
-	Direct    int           // hello: DirectThreshold, -1 for the default
+	Direct    int           // hello: DirectThreshold, 0 for off
 	Ring      int           // hello: RingSize
 	Spin      time.Duration `json:",omitempty"` // hello: ReadSpin
 }
@@ -686,11 +679,8 @@ func sizeName(n int) string {
 func (c *psClient) header() {
 	o := c.o
 	w := c.e.stdout
-	direct := sizeName(stream.DefaultDirectThreshold) + " (default)"
-	switch {
-	case o.direct == 0:
-		direct = "off"
-	case o.direct > 0:
+	direct := "off"
+	if o.direct > 0 {
 		direct = sizeName(o.direct)
 	}
 	var bound []string
