@@ -27,12 +27,14 @@ type Config struct {
 	// advertises its buffer for the writer to fill with RDMA WRITE (see
 	// the package doc). 0 (or less) means off, the default: everything
 	// goes through the ring and no Read buffer is registered. Measured on
-	// veth with 1 MiB writes and reads (threshold 256 KiB), direct was
-	// faster with both ends in one process (2.21 against 2.00 Gbit/s,
-	// 3.66 against 4.26 CPU s/GB, n=8) but slower between two processes
-	// (2.20-2.25 against 2.24-2.85 Gbit/s, more CPU at both ends, 3
-	// pairs): each direct Write waits for its completion and the next
-	// advert, and a wakeup across processes costs about 100 µs there.
+	// a loaded 2-core veth with 1 MiB writes and reads (threshold
+	// 256 KiB), direct gained nothing significant: both ends in one
+	// process 2.21 against 2.00 Gbit/s, 3.66 against 4.26 CPU s/GB
+	// (p=0.08, n=8); two processes (perf stream) 2.14 against 1.93
+	// Gbit/s, client 2.16 against 2.57 and server 1.67 against 1.93
+	// CPU s/GB (medians, p>0.6, n=9). Each direct Write waits for its
+	// completion and the next advert, which costs what the saved copies
+	// gain; not worth exposing caller memory by default.
 	DirectThreshold int
 	// ReadSpin is how long a Read that finds nothing to read polls the
 	// connection's CQ before it sleeps, doing the device's receive work
