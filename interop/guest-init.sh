@@ -548,6 +548,9 @@ xroce_suite() {
 	TCPDUMP=$!
 	for _ in $(seq 50); do grep -q 'listening on' "/out/logs/$p.tcpdump.txt" && break; sleep 0.1; done
 	local to=${XROCE_TIMEOUT:-120}
+	# xroce pingpong runs with -e (it sleeps on completion events): polling,
+	# as ibv_rc_pingpong does, would take a host core from the emulated
+	# guest on a small machine.
 	# RC at IB MTU 1024 and 4096 (eth0 and tap0 have MTU 9000, so that
 	# rxe's active MTU is 4096), 1 B to 1 MiB, both roles, data checked.
 	local m n t
@@ -556,30 +559,30 @@ xroce_suite() {
 			n=50
 			[ "$s" -ge 1048576 ] && n=10
 			vs_host_client "$p.rc.m$m.s$s.xroce_client" "$to" ibv_rc_pingpong -d rxetap -g 1 -m $m -s "$s" -n $n -c -- \
-				pingpong -d tap0 -m $m -s "$s" -n $n -c 198.18.1.2
+				pingpong -e -d tap0 -m $m -s "$s" -n $n -c 198.18.1.2
 			vs_host_server "$p.rc.m$m.s$s.xroce_server" "$to" ibv_rc_pingpong -d rxetap -g 1 -m $m -s "$s" -n $n -c 198.18.1.1 -- \
-				pingpong -d tap0 -m $m -s "$s" -n $n -c
+				pingpong -e -d tap0 -m $m -s "$s" -n $n -c
 		done
 	done
 	# ibv_srq_pingpong: 4 RC QPs on one shared receive queue.
 	vs_host_client "$p.srq.xroce_client" "$to" ibv_srq_pingpong -d rxetap -g 1 -m 1024 -q 4 -s 4097 -n 50 -c -- \
-		pingpong --srq -q 4 -d tap0 -m 1024 -s 4097 -n 50 -c 198.18.1.2
+		pingpong -e --srq -q 4 -d tap0 -m 1024 -s 4097 -n 50 -c 198.18.1.2
 	vs_host_server "$p.srq.xroce_server" "$to" ibv_srq_pingpong -d rxetap -g 1 -m 1024 -q 4 -s 4097 -n 50 -c 198.18.1.1 -- \
-		pingpong --srq -q 4 -d tap0 -m 1024 -s 4097 -n 50 -c
+		pingpong -e --srq -q 4 -d tap0 -m 1024 -s 4097 -n 50 -c
 	if [ "$lossy" = 1 ]; then
 		result "$p.uc" SKIP "$(now)" "UC is unreliable: uc_pingpong waits forever for a message with a lost packet"
 		result "$p.ud" SKIP "$(now)" "UD is unreliable: ud_pingpong waits forever for a lost packet"
 	else
 		for m in 1024 4096; do
 			vs_host_client "$p.uc.m$m.xroce_client" "$to" ibv_uc_pingpong -d rxetap -g 1 -m $m -s 65536 -n 50 -c -- \
-				pingpong --uc -d tap0 -m $m -s 65536 -n 50 -c 198.18.1.2
+				pingpong -e --uc -d tap0 -m $m -s 65536 -n 50 -c 198.18.1.2
 			vs_host_server "$p.uc.m$m.xroce_server" "$to" ibv_uc_pingpong -d rxetap -g 1 -m $m -s 65536 -n 50 -c 198.18.1.1 -- \
-				pingpong --uc -d tap0 -m $m -s 65536 -n 50 -c
+				pingpong -e --uc -d tap0 -m $m -s 65536 -n 50 -c
 		done
 		vs_host_client "$p.ud.xroce_client" "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c -- \
-			pingpong --ud -d tap0 -s 1000 -n 50 -c 198.18.1.2
+			pingpong -e --ud -d tap0 -s 1000 -n 50 -c 198.18.1.2
 		vs_host_server "$p.ud.xroce_server" "$to" ibv_ud_pingpong -d rxetap -g 1 -s 1000 -n 50 -c 198.18.1.1 -- \
-			pingpong --ud -d tap0 -s 1000 -n 50 -c
+			pingpong -e --ud -d tap0 -s 1000 -n 50 -c
 	fi
 	# perftest against `xroce perf`, both roles, at the port's MTU (4096);
 	# RC, and UC for write_bw and send_bw.
