@@ -300,13 +300,18 @@ func localEndpoint(dev *roce.Device, q *roce.QP, gid int) (roce.Endpoint, error)
 // interface of the route to host (client) or the only interface with an
 // address (server).
 func openDevice(ifname, host, cmd string) (*roce.Device, error) {
+	return openDeviceConfig(ifname, host, cmd, roce.Config{})
+}
+
+// openDeviceConfig is openDevice with a device configuration.
+func openDeviceConfig(ifname, host, cmd string, cfg roce.Config) (*roce.Device, error) {
 	if ifname == "" {
 		var err error
 		if ifname, err = defaultInterface(host); err != nil {
 			return nil, usagef("%s: %v; name one with -d INTERFACE", cmd, err)
 		}
 	}
-	dev, err := roce.Open(ifname, roce.Config{})
+	dev, err := roce.Open(ifname, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open a RoCE device on %s: %w", cmd, ifname, err)
 	}
