@@ -258,17 +258,18 @@ mode_loss() {
 	local t0
 	t0=$(now)
 	veth_pair
+	# Loss on the servers' side only (vethA egress: their requests and
+	# ACKs): with the client's ACKs lost too, a lost ACK of the server's
+	# last message leaves the server retransmitting to a client that has
+	# already exited (seen with srq_pingpong's 4 QPs), a race of the tools.
 	tc qdisc replace dev vethA root netem loss 1%
-	tc qdisc replace dev vethB root netem loss 1%
-	result loss.setup PASS "$t0" "netem loss 1% on vethA and vethB egress"
+	result loss.setup PASS "$t0" "netem loss 1% on vethA egress (rxe0, the servers' requests and ACKs)"
 	capture_start loss
 	rxe_tools loss 1
 	t0=$(now)
 	result loss.tcpdump PASS "$t0" "$(capture_stop loss)"
 	tc -s qdisc show dev vethA >/out/logs/loss.netem.txt
-	tc -s qdisc show dev vethB >>/out/logs/loss.netem.txt
 	tc qdisc del dev vethA root
-	tc qdisc del dev vethB root
 	local drops
 	drops=$(awk '/dropped/ { gsub(/[(),]/, ""); for (i = 1; i <= NF; i++) if ($i == "dropped") d += $(i+1) } END { print d + 0 }' /out/logs/loss.netem.txt)
 	if [ "$drops" -gt 0 ]; then
