@@ -18,9 +18,10 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install what the build and tests need (Go modules, tshark, iproute2, iperf3, sockperf, staticcheck).
+deps: ## Install what the build and tests need (Go modules, tshark, iproute2, iperf3, sockperf, QEMU, debootstrap, tcpdump, staticcheck).
 	@missing=""; \
-	for p in tshark:tshark ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf; do \
+	for p in tshark:tshark ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf \
+		qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap tcpdump:tcpdump mkfs.ext4:e2fsprogs python3:python3; do \
 		cmd=$${p%%:*}; pkg=$${p##*:}; \
 		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
@@ -43,11 +44,12 @@ lint: ## gofmt, go vet and staticcheck; fails on any finding.
 	$(GOBIN)/staticcheck $(PKGS)
 
 .PHONY: test
-test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark).
+test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark, the rxe VM).
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
 	@echo "benchmarks: each ran once, ok"
 	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./examples/... ./stream/...
 	XROCE_1GIB=1 $(GO) test -count=1 -timeout 20m $(PKGS)
+	bash interop/run $(INTEROP)
 
 .PHONY: test-short
 test-short: ## Unit tests only (no root needed; root-only tests skip).
@@ -82,7 +84,7 @@ demo: deps build ## The main job: RDMA between two namespaces (tour, loss, bandw
 INTEROP ?= default
 
 .PHONY: interop
-interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|selftest,loss,tap,xroce,xloss).
+interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|MODES; default = selftest,loss,tap,xroce,xloss).
 	bash interop/run $(INTEROP)
 
 .PHONY: clean
