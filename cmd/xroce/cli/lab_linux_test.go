@@ -96,19 +96,28 @@ func TestLabRun(t *testing.T) {
 	statDir := filepath.Join(dir, "run")
 	pcap := filepath.Join(dir, "lab.pcap")
 	statOut := make(chan string, 1)
+	txFrames := regexp.MustCompile(`(?m)^  tx_frames\s+(\d+)\s+(\d+)`)
 	go func() { // xroce stat against the running lab
+		// Look until both devices have sent something (the first
+		// snapshot may come between A's first frame and B's answer),
+		// and hand over the last output read.
+		last := ""
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
 			if ps, _ := statsock.List(statDir); len(ps) > 0 {
 				out, _, err := run(t, "stat", "--dir", statDir, "-p", ps[0].Path[len(statDir)+1:len(ps[0].Path)-5])
 				if err == nil && strings.Contains(out, "tx_frames") {
-					statOut <- out
-					return
+					last = out
+					if m := txFrames.FindStringSubmatch(out); m != nil && m[1] != "0" && m[2] != "0" {
+						break
+					}
+				} else if last != "" {
+					break // the lab has ended
 				}
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		statOut <- ""
+		statOut <- last
 	}()
 	var stdout, stderr labOutput
 	err := Run(context.Background(), []string{"lab", "--duration", "300ms", "--trace", "20", "--pcap", pcap,
@@ -148,7 +157,7 @@ func TestLabRun(t *testing.T) {
 		t.Fatal("xroce stat never read the lab's counters")
 	}
 	t.Logf("xroce stat:\n%s", so)
-	m := regexp.MustCompile(`(?m)^  tx_frames\s+(\d+)\s+(\d+)`).FindStringSubmatch(so)
+	m := txFrames.FindStringSubmatch(so)
 	if m == nil || m[1] == "0" || m[2] == "0" {
 		t.Errorf("xroce stat shows no frames sent by A and B")
 	}
