@@ -15,10 +15,19 @@
 // Each link has one worker goroutine that owns it and a qp.Engine. QPs are
 // sharded to workers by QP number (QPN modulo the number of workers; QPs on
 // an SRQ share its worker); a frame that arrives on another queue than its
-// QP's is copied to the right worker. The worker loop receives a batch with
-// a timeout that ends at the engine's next deadline (ACK timeouts, RNR
-// waits), gives it to the engine, transmits what the engine has ready, and
-// sleeps again. Calls from other goroutines (posting, modifying) take the
+// QP's is copied to the right worker (woken once per batch of them). A QP's
+// frames leave on its worker's queue; on veth each frame arrives on the
+// peer's queue of the same number (AF_XDP transmits with the socket's queue
+// as the skb's queue mapping, and veth receives on that queue), so two xroce
+// devices with as many queues see no forwarding when the QPNs of each
+// connection are equal modulo the queues (as xroce perf allocates them),
+// and every frame forwarded when they are not. On a real NIC RSS picks the
+// queue from a hash of the addresses and ports, the UDP source port among
+// them.
+//
+// The worker loop receives a batch with a timeout that ends at the
+// engine's next deadline (ACK timeouts, RNR waits), gives it to the
+// engine, transmits what the engine has ready, and sleeps again. Calls from other goroutines (posting, modifying) take the
 // worker's lock, which it holds for each batch and not per packet, and wake
 // it only when it sleeps. Config.BusyPoll makes the workers spin instead.
 //
