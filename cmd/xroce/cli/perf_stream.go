@@ -487,7 +487,7 @@ func (c *psClient) run(ctx context.Context) error {
 			for _, tr := range transports {
 				r, err := c.throughput(ctx, tr, size)
 				if err != nil {
-					return fmt.Errorf("%s %s writes: %w", tr, sizeName(size), err)
+					return fmt.Errorf("%s %s writes: %w", tr, byteSize(size), err)
 				}
 				c.results = append(c.results, r)
 			}
@@ -567,7 +567,7 @@ func (c *psClient) throughput(ctx context.Context, transport string, size int) (
 	for i := range buf {
 		buf[i] = byte(i)
 	}
-	prog := newProgress(c.e.stderr, fmt.Sprintf("stream %s %s writes", transport, sizeName(size)))
+	prog := newProgress(c.e.stderr, fmt.Sprintf("stream %s %s writes", transport, byteSize(size)))
 	cpu := cpuTime()
 	t0 := time.Now()
 	if o.duration > 0 {
@@ -666,22 +666,12 @@ func (c *psClient) pingPong(ctx context.Context, transport string) (*psResult, e
 	return r, nil
 }
 
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func (c *psClient) header() {
 	o := c.o
 	w := c.e.stdout
 	direct := "off"
 	if o.direct > 0 {
-		direct = sizeName(o.direct)
+		direct = byteSize(o.direct)
 	}
 	var bound []string
 	switch {
@@ -735,7 +725,7 @@ func (c *psClient) printBW(size int) {
 		} else {
 			t = r
 		}
-		fmt.Fprintf(w, " %-12s %-10s %10d %10.2f %24s %8s\n", sizeName(size), r.transport, r.bytes>>20, r.gbits(), cpu, direct)
+		fmt.Fprintf(w, " %-12s %-10s %10d %10.2f %24s %8s\n", byteSize(size), r.transport, r.bytes>>20, r.gbits(), cpu, direct)
 	}
 	if x != nil && t != nil {
 		cx, ct := x.cpuC+x.cpuS, t.cpuC+t.cpuS
