@@ -160,7 +160,13 @@ func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		q.toError()
 		return true
 	}
-	scatter(w.src, off, f.Payload)
+	if !q.resolveSGL(w.wr.SGL, off, uint32(len(f.Payload)), AccessLocalWrite) {
+		q.popSend(w, WCLocProtErr) // its memory was deregistered
+		q.toError()
+		return true
+	}
+	scatter(q.segs, 0, f.Payload)
+	q.dropSegs()
 	q.compPSN = psn.Add(1)
 	if isLast {
 		q.popSend(w, WCSuccess)
@@ -182,7 +188,13 @@ func (q *QP) onAtomicAck(f *bth.Frame, psn bth.PSN) bool {
 		}
 		return false
 	}
-	scatter(w.src, 0, binary.LittleEndian.AppendUint64(q.scratch[:0], f.AtomicAckETH.OrigRemoteData()))
+	if !q.resolveSGL(w.wr.SGL, 0, 8, AccessLocalWrite) {
+		q.popSend(w, WCLocProtErr)
+		q.toError()
+		return true
+	}
+	scatter(q.segs, 0, binary.LittleEndian.AppendUint64(q.scratch[:0], f.AtomicAckETH.OrigRemoteData()))
+	q.dropSegs()
 	q.compPSN = psn.Add(1)
 	q.popSend(w, WCSuccess)
 	q.onProgress()

@@ -77,8 +77,9 @@ type Stats struct {
 
 	// Received frames dropped, by reason (each also in RxDropped, but for
 	// RxOutOfSeq). The engine alone counts RxMalformed, RxBadICRC,
-	// RxWrongAddress and RxUnknownQP: those reach no QP.
+	// RxWrongVLAN, RxWrongAddress and RxUnknownQP: those reach no QP.
 	RxMalformed    atomic.Uint64 // too short, not IPv4/IPv6 UDP to port 4791, bad BTH
+	RxWrongVLAN    atomic.Uint64 // 802.1Q tagged with a VLAN ID other than 0 (see Input)
 	RxWrongAddress atomic.Uint64 // destination IP is not one of LocalIPs
 	RxBadState     atomic.Uint64 // the QP does not receive in its state (RESET, INIT, ERR; responses before RTS)
 	RxBadKey       atomic.Uint64 // P_Key or (UD) Q_Key mismatch
@@ -188,6 +189,10 @@ type QP struct {
 	resStore  []resource
 	resNext   int
 	resActive int // resources with responses to send
+
+	// segs holds the registered memory of the packet being handled, only
+	// while it is handled (memory.go).
+	segs [][]byte
 }
 
 // CreateQP adds a queue pair in the RESET state.
@@ -215,7 +220,6 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	q.sq = make([]sendWQE, def(cfg.MaxSendWR, 128))
 	for i := range q.sq {
 		q.sq[i].sge = make([]SGE, 0, q.maxSGE)
-		q.sq[i].src = make([][]byte, 0, q.maxSGE)
 		if q.maxInl > 0 {
 			q.sq[i].inline = make([]byte, 0, q.maxInl)
 		}
@@ -223,7 +227,6 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	q.rq = make([]recvWQE, def(cfg.MaxRecvWR, 128))
 	for i := range q.rq {
 		q.rq[i].sge = make([]SGE, 0, q.maxSGE)
-		q.rq[i].dst = make([][]byte, 0, q.maxSGE)
 	}
 	if cfg.SRQ != nil {
 		if cfg.SRQ.e != e {
@@ -234,11 +237,15 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 		}
 		q.srq = cfg.SRQ
 		q.cur.sge = make([]SGE, 0, cfg.SRQ.maxSGE)
-		q.cur.dst = make([][]byte, 0, cfg.SRQ.maxSGE)
 	}
 	if q.srq != nil {
 		q.srq.nqp++
 	}
+	nseg := q.maxSGE
+	if q.srq != nil {
+		nseg = max(nseg, q.srq.maxSGE)
+	}
+	q.segs = make([][]byte, 0, nseg)
 	q.resStore = make([]resource, maxRdAtomic)
 	h := fnv.New32a()
 	h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
@@ -321,7 +328,11 @@ func (q *QP) onRTS() {
 }
 
 // Input processes received frames at time now. Frames that are not valid
-// RoCE v2 packets for one of the engine's QPs are counted and dropped. The
+// RoCE v2 packets for one of the engine's QPs are counted and dropped.
+// The engine serves an untagged interface: a frame with an 802.1Q tag is
+// taken only with VLAN ID 0 (priority-tagged, as RoCE uses for PFC); any
+// other VLAN is another network that the kernel, and so rxe, would not
+// deliver here, and is dropped as RxWrongVLAN. The
 // frames are not kept: the caller may release them when Input returns.
 // Call Poll afterwards to send what became ready (ACKs are coalesced over
 // the batch).
@@ -333,6 +344,11 @@ func (e *Engine) Input(frames [][]byte, now time.Duration) {
 		f := &e.frame
 		if f.Decode(b) != nil {
 			e.stats.RxMalformed.Add(1)
+			e.stats.RxDropped.Add(1)
+			continue
+		}
+		if f.VLAN != nil && f.VLAN.ID() != 0 {
+			e.stats.RxWrongVLAN.Add(1)
 			e.stats.RxDropped.Add(1)
 			continue
 		}

@@ -23,11 +23,11 @@ type sendWQE struct {
 	wr     SendWR // wr.SGL aliases sge
 	sge    []SGE
 	av     AddressVector // UD destination, copied
-	src    [][]byte      // resolved SGL (or the inline data as one slice)
-	inline []byte
+	inline []byte        // the data of an inline request, copied when posted
+	isInl  bool
 	length uint32
 
-	started  bool // PSNs assigned and SGL resolved
+	started  bool // PSNs assigned and SGL checked
 	counted  bool // counted in rdOut
 	localErr WCStatus
 	firstPSN bth.PSN
@@ -43,9 +43,11 @@ func (q *QP) sqAt(i uint32) *sendWQE { return &q.sq[i%uint32(len(q.sq))] }
 func (q *QP) SendQueued() int { return int(q.sqTail - q.sqHead) }
 
 // PostSend queues a send work request (ibv_post_send). The SGL is copied,
-// inline data too; the memory behind a non-inline SGL must stay registered
-// until the request completes. In ERR the request completes at once with
-// WR_FLUSH_ERR.
+// inline data too. The memory behind a non-inline SGL is resolved again
+// for each packet, so the request completes with LOC_PROT_ERR (and an RC
+// QP goes to ERR) if its region is deregistered before its last packet
+// has left or its last response has been placed. In ERR the request
+// completes at once with WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *SendWR) error {
 	if q.state < StateRTS {
 		return fmt.Errorf("post send on qp %#x in %v: %w", q.qpn, q.state, ErrState)
@@ -94,8 +96,8 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if wr.AV != nil {
 		w.av = *wr.AV
 	}
-	w.src = w.src[:0]
 	w.inline = w.inline[:0]
+	w.isInl = inl
 	w.started, w.counted, w.localErr = false, false, WCSuccess
 	if n > maxMsg {
 		w.localErr = WCLocLenErr
@@ -114,7 +116,6 @@ func (q *QP) PostSend(wr *SendWR) error {
 			}
 			w.inline = append(w.inline, b...)
 		}
-		w.src = append(w.src, w.inline)
 	}
 	q.sqTail++
 	if q.state == StateErr || q.state == StateSQE {
@@ -124,26 +125,13 @@ func (q *QP) PostSend(wr *SendWR) error {
 	return nil
 }
 
-// startWQE assigns the request its PSNs and resolves its SGL. It returns
-// false when the request failed locally (its status is in localErr).
+// startWQE assigns the request its PSNs after checking that its whole SGL
+// resolves. It returns false when the request failed locally (its status
+// is in localErr).
 func (q *QP) startWQE(w *sendWQE) bool {
 	op := w.wr.Opcode
-	if w.localErr == WCSuccess && len(w.src) == 0 {
-		var acc Access
-		if op.isReadLike() {
-			acc = AccessLocalWrite
-		}
-		for _, s := range w.wr.SGL {
-			if s.Length == 0 {
-				continue
-			}
-			b, ok := q.mem.Local(s.LKey, s.Addr, s.Length, acc)
-			if !ok {
-				w.localErr = WCLocProtErr
-				break
-			}
-			w.src = append(w.src, b)
-		}
+	if w.localErr == WCSuccess && !w.isInl && !q.checkSGL(w.wr.SGL, localAccess(op)) {
+		w.localErr = WCLocProtErr
 	}
 	if w.localErr == WCSuccess {
 		switch {
@@ -189,22 +177,22 @@ func (q *QP) runRequester(now time.Duration) {
 				return
 			}
 			if !q.startWQE(w) {
-				if q.sqReq == q.sqHead {
-					q.popSend(w, w.localErr)
-					if q.typ == RC {
-						q.toError()
-					} else {
-						q.toSQE()
-					}
-				}
+				q.failLocal(w)
 				return
 			}
 		}
 		if q.typ == RC && q.reqPSN.Diff(q.compPSN) >= maxUnacked {
 			return
 		}
+		if !q.resolvePayload(w) {
+			// Its memory was deregistered while it was being sent.
+			w.localErr = WCLocProtErr
+			q.failLocal(w)
+			return
+		}
 		buf := q.alloc()
 		if buf == nil {
+			q.dropSegs()
 			return
 		}
 		done := q.sendPacket(w, buf)
@@ -231,8 +219,53 @@ func (q *QP) runRequester(now time.Duration) {
 	}
 }
 
-// sendPacket builds and sends w's packet at w.sendPSN and reports whether
-// that was the request's last packet.
+// failLocal completes a request that failed locally (w.localErr) once the
+// requests before it have completed, and stops the send queue: RC goes to
+// ERR, UC and UD to SQE.
+func (q *QP) failLocal(w *sendWQE) {
+	if q.sqReq != q.sqHead {
+		return // it completes in order, after the requests before it
+	}
+	q.popSend(w, w.localErr)
+	if q.typ == RC {
+		q.toError()
+	} else {
+		q.toSQE()
+	}
+}
+
+// localAccess is the right an operation needs on its local memory: READs
+// and atomics write their result there.
+func localAccess(op WROpcode) Access {
+	if op.isReadLike() {
+		return AccessLocalWrite
+	}
+	return 0
+}
+
+// packetSpan returns the offset and payload length of w's packet at
+// w.sendPSN (0 bytes for READ and atomic requests).
+func (q *QP) packetSpan(w *sendWQE) (off, n uint32) {
+	off = uint32(w.sendPSN.Diff(w.firstPSN)) * q.mtu
+	if w.wr.Opcode.isReadLike() {
+		return off, 0
+	}
+	return off, min(q.mtu, w.length-off)
+}
+
+// resolvePayload resolves the local memory of w's next packet into q.segs
+// (nothing for inline data, READs and atomics); false if it is gone.
+func (q *QP) resolvePayload(w *sendWQE) bool {
+	off, n := q.packetSpan(w)
+	if w.isInl || n == 0 {
+		return true
+	}
+	return q.resolveSGL(w.wr.SGL, off, n, 0)
+}
+
+// sendPacket builds and sends w's packet at w.sendPSN, its payload from
+// the inline copy or from q.segs (resolvePayload), and reports whether that
+// was the request's last packet.
 func (q *QP) sendPacket(w *sendWQE, buf []byte) bool {
 	ff := &q.ff
 	psn := w.sendPSN
@@ -294,11 +327,11 @@ func (q *QP) sendPacket(w *sendWQE, buf []byte) bool {
 		if ff.TTL == 0 {
 			ff.TTL = 64
 		}
-		gather(buf[ff.HeaderLen():], w.src, off, n)
+		q.placePayload(buf[ff.HeaderLen():], w, off, n)
 		q.send(buf, ff, n)
 		*ff = saved
 	} else {
-		gather(buf[ff.HeaderLen():], w.src, off, n)
+		q.placePayload(buf[ff.HeaderLen():], w, off, n)
 		q.send(buf, ff, n)
 	}
 	if last {
@@ -349,20 +382,20 @@ func dataOpcode(op WROpcode, first, last bool) bth.Opcode {
 	return bth.RCSendMiddle
 }
 
-// gather copies n bytes at offset off of the message held in src to dst.
-func gather(dst []byte, src [][]byte, off uint32, n int) {
-	o := int(off)
-	for _, s := range src {
-		if n == 0 {
-			return
-		}
-		if o >= len(s) {
-			o -= len(s)
-			continue
-		}
-		c := copy(dst[:n], s[o:])
-		dst, n, o = dst[c:], n-c, 0
+// placePayload copies the n payload bytes at offset off of w's message
+// into dst: from the inline copy, or from q.segs, which it then drops.
+func (q *QP) placePayload(dst []byte, w *sendWQE, off uint32, n int) {
+	if n == 0 {
+		return
 	}
+	if w.isInl {
+		copy(dst[:n], w.inline[off:])
+		return
+	}
+	for _, s := range q.segs {
+		dst = dst[copy(dst, s):]
+	}
+	q.dropSegs()
 }
 
 // scatter copies src into the message buffers dst at offset off.

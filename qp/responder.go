@@ -7,32 +7,49 @@ import (
 	"github.com/xroce/xroce/bth"
 )
 
-// recvWQE is a posted receive work request.
+// recvWQE is a posted receive work request. Its SGEs are resolved for
+// each packet placed into it (memory.go).
 type recvWQE struct {
 	id       uint64
 	sge      []SGE
-	dst      [][]byte // resolved when its message starts
 	capacity uint32
 }
 
 // inMsg is the SEND or WRITE message the responder is in the middle of.
+// A WRITE keeps the RETH's key and address, not the region: each packet
+// is placed through a fresh lookup, so a region deregistered after
+// WRITE_FIRST takes no byte of the WRITE_MIDDLE or WRITE_LAST that follow
+// (they get the NAK of an invalid R_Key).
 type inMsg struct {
 	active bool // a FIRST was accepted, MIDDLE/LAST expected
 	write  bool
 	off    uint32   // bytes received so far
 	total  uint32   // WRITE: the DMA length
-	dst    []byte   // WRITE: the target range
+	rkey   uint32   // WRITE: the RETH's R_Key
+	va     uint64   // WRITE: the RETH's virtual address
 	recv   *recvWQE // SEND: the receive request being filled
 }
 
-// resource is a responder resource: a READ or atomic kept so that a
-// duplicate request is answered without executing it again.
+// resKind is what a responder resource holds.
+type resKind uint8
+
+const (
+	resRead      resKind = iota + 1
+	resAtomic            // CMP_SWAP or FETCH_ADD: the original value
+	resPlacement         // ATOMIC_WRITE or FLUSH: an empty READ RESPONSE
+)
+
+// resource is a responder resource (max_dest_rd_atomic of them): a READ, atomic, ATOMIC_WRITE or FLUSH kept so that a duplicate
+// is answered without executing the request again. A READ keeps its R_Key,
+// address and length, not the memory: each response packet reads the
+// region through a fresh lookup.
 type resource struct {
-	used     bool
-	atomic   bool
+	kind     resKind
 	first    bth.PSN
 	last     bth.PSN
-	src      []byte // READ: the source range
+	rkey     uint32 // READ: the request's R_Key, address and length
+	va       uint64
+	length   uint32
 	orig     uint64 // atomic: the original remote value
 	pending  bool   // responses remain to be sent
 	startPSN bth.PSN
@@ -60,11 +77,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	w := q.rqAt(q.rqTail)
 	w.id = wr.ID
 	w.sge = append(w.sge[:0], wr.SGL...)
-	w.dst = w.dst[:0]
-	w.capacity = 0
-	for _, s := range wr.SGL {
-		w.capacity += s.Length
-	}
+	w.capacity = uint32(min(sglLength(wr.SGL), maxMsg))
 	q.rqTail++
 	if q.state == StateErr {
 		q.recvCQ.Complete(q.wcOut(WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}))
@@ -73,9 +86,9 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	return nil
 }
 
-// takeRecv returns the receive request at the head of the queue with its
-// SGL resolved, nil if the queue is empty; bad is set when an SGE does not
-// name local writable memory.
+// takeRecv returns the receive request at the head of the queue, nil if
+// the queue is empty; bad is set when its SGL does not resolve to local
+// writable memory now.
 func (q *QP) takeRecv() (w *recvWQE, bad bool) {
 	if q.srq != nil {
 		w = q.takeSRQ()
@@ -85,19 +98,18 @@ func (q *QP) takeRecv() (w *recvWQE, bad bool) {
 	if w == nil {
 		return nil, false
 	}
-	if len(w.dst) == 0 {
-		for _, s := range w.sge {
-			if s.Length == 0 {
-				continue
-			}
-			b, ok := q.mem.Local(s.LKey, s.Addr, s.Length, AccessLocalWrite)
-			if !ok {
-				return w, true
-			}
-			w.dst = append(w.dst, b)
-		}
+	return w, !q.checkSGL(w.sge, AccessLocalWrite)
+}
+
+// placeRecv writes p at offset off of w's buffers, resolving them now;
+// false if they are no longer registered.
+func (q *QP) placeRecv(w *recvWQE, off uint32, p []byte) bool {
+	if !q.resolveSGL(w.sge, off, uint32(len(p)), AccessLocalWrite) {
+		return false
 	}
-	return w, false
+	scatter(q.segs, 0, p)
+	q.dropSegs()
+	return true
 }
 
 // completeRecv pops the head receive request with a completion.
@@ -111,7 +123,6 @@ func (q *QP) completeRecv(wc WC) {
 		q.rqHead++
 	}
 	wc.ID, wc.QPN = w.id, q.qpn
-	w.dst = w.dst[:0]
 	q.recvCQ.Complete(q.wcOut(wc))
 }
 
@@ -149,8 +160,7 @@ func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
 		return true
 	}
 	if d < 0 {
-		q.duplicate(f, op, psn)
-		return true
+		return q.duplicate(f, op, psn)
 	}
 	// Opcode sequence: MIDDLE and LAST continue the current message of
 	// the same kind; anything else starts a new one.
@@ -212,7 +222,11 @@ func (q *QP) payloadOK(op bth.Opcode, n int) bool {
 
 // fatalNak sends an error NAK for the expected PSN and moves the QP to ERR
 // (rxe's class C/D responder errors on RC).
-func (q *QP) fatalNak(syn bth.Syndrome) {
+func (q *QP) fatalNak(syn bth.Syndrome) { q.fatalNakAt(syn, q.ePSN) }
+
+// fatalNakAt is fatalNak for the request at psn: a duplicate's, or a READ
+// response's that can no longer be sent (rxe NAKs the packet's PSN).
+func (q *QP) fatalNakAt(syn bth.Syndrome, psn bth.PSN) {
 	q.count(&q.e.stats.ErrNaksTx, &q.stats.ErrNaksTx)
 	switch syn {
 	case bth.NakInvalidRequest:
@@ -222,7 +236,7 @@ func (q *QP) fatalNak(syn bth.Syndrome) {
 	default:
 		q.count(&q.e.stats.RemOpNaksTx, &q.stats.RemOpNaksTx)
 	}
-	q.sendAck(syn, q.ePSN)
+	q.sendAck(syn, psn)
 	q.toError()
 }
 
@@ -259,7 +273,15 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		}
 		return false
 	}
-	scatter(w.dst, q.in.off, f.Payload)
+	if !q.placeRecv(w, q.in.off, f.Payload) {
+		// The receive buffer was deregistered during the message.
+		q.in = inMsg{}
+		q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
+		if reliable {
+			q.fatalNak(bth.NakRemoteOpError)
+		}
+		return false
+	}
 	q.in.off += n
 	if !op.IsLast() {
 		return true
@@ -295,23 +317,31 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		return false
 	}
 	if op.IsFirst() {
+		// The whole DMA range is checked on the first packet; a
+		// zero-length WRITE checks no R_Key (rxe's check_rkey).
 		va, rkey, n := f.RETH.VA(), f.RETH.RKey(), f.RETH.DMALen()
 		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
 			return nak(bth.NakRemoteAccessError)
 		}
-		var dst []byte
 		if n > 0 {
-			var ok bool
-			dst, ok = q.mem.Remote(rkey, va, n, AccessRemoteWrite)
-			if !ok || uint32(len(dst)) != n {
+			if _, ok := q.remote(rkey, va, n, AccessRemoteWrite); !ok {
 				return nak(bth.NakRemoteAccessError)
 			}
 		}
-		q.in = inMsg{active: !op.IsLast(), write: true, total: n, dst: dst}
+		q.in = inMsg{active: !op.IsLast(), write: true, total: n, rkey: rkey, va: va}
 	}
 	n := uint32(len(f.Payload))
 	if uint64(q.in.off)+uint64(n) > uint64(q.in.total) || op.IsLast() && q.in.off+n != q.in.total {
 		return nak(bth.NakInvalidRequest)
+	}
+	// Every packet resolves its own bytes: the region may have been
+	// deregistered since the first.
+	var dst []byte
+	if n > 0 {
+		var ok bool
+		if dst, ok = q.remote(q.in.rkey, q.in.va+uint64(q.in.off), n, AccessRemoteWrite); !ok {
+			return nak(bth.NakRemoteAccessError)
+		}
 	}
 	if op.HasImm() {
 		// WRITE with immediate consumes a receive request: check first so
@@ -329,7 +359,7 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		}
 		_ = bad // the receive request's buffers are not used
 	}
-	copy(q.in.dst[q.in.off:], f.Payload)
+	copy(dst, f.Payload)
 	q.in.off += n
 	if !op.IsLast() {
 		return true
@@ -344,40 +374,43 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 }
 
 // allocResource takes the oldest responder resource slot.
-func (q *QP) allocResource() *resource {
+func (q *QP) allocResource(kind resKind, first, last bth.PSN) *resource {
 	r := &q.res[q.resNext%len(q.res)]
 	q.resNext++
 	if r.pending {
 		q.resActive--
 	}
-	*r = resource{used: true, seq: uint64(q.resNext)}
+	*r = resource{kind: kind, first: first, last: last, seq: uint64(q.resNext)}
 	return r
 }
 
+// findResource returns the kept resource whose PSN range holds psn.
 func (q *QP) findResource(psn bth.PSN) *resource {
 	for i := range q.res {
 		r := &q.res[i]
-		if r.used && psn.Diff(r.first) >= 0 && psn.Diff(r.last) <= 0 {
+		if r.kind != 0 && psn.Diff(r.first) >= 0 && psn.Diff(r.last) <= 0 {
 			return r
 		}
 	}
 	return nil
 }
 
-// readSource checks a READ request's RETH and returns the source range.
-func (q *QP) readSource(f *bth.Frame) ([]byte, bool) {
+// readAllowed checks a READ request's RETH against the keys and bounds in
+// force now (R_Key, range, the region's and the QP's remote read right):
+// false is a remote access error.
+func (q *QP) readAllowed(f *bth.Frame) bool {
 	if q.attr.AccessFlags&AccessRemoteRead == 0 {
-		return nil, false
+		return false
 	}
 	n := f.RETH.DMALen()
 	if n == 0 {
-		return nil, true
+		return true
 	}
 	if n > maxMsg {
-		return nil, false
+		return false
 	}
-	b, ok := q.mem.Remote(f.RETH.RKey(), f.RETH.VA(), n, AccessRemoteRead)
-	return b, ok && uint32(len(b)) == n
+	_, ok := q.remote(f.RETH.RKey(), f.RETH.VA(), n, AccessRemoteRead)
+	return ok
 }
 
 func (q *QP) readPackets(n uint32) uint32 {
@@ -387,16 +420,30 @@ func (q *QP) readPackets(n uint32) uint32 {
 	return (n + q.mtu - 1) / q.mtu
 }
 
+// rdAtomicAllowed enforces max_dest_rd_atomic = 0: a QP that keeps no
+// responder resources takes no READ, atomic or ATOMIC_WRITE, and answers
+// NAK Invalid Request as rxe does (check_resource,
+// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ); it sends the NAK and moves to ERR.
+func (q *QP) rdAtomicAllowed() bool {
+	if q.attr.MaxDestRdAtomic > 0 {
+		return true
+	}
+	q.fatalNak(bth.NakInvalidRequest)
+	return false
+}
+
 func (q *QP) recvRead(f *bth.Frame, psn bth.PSN) bool {
-	src, ok := q.readSource(f)
-	if !ok {
+	if !q.rdAtomicAllowed() {
+		return false
+	}
+	if !q.readAllowed(f) {
 		q.fatalNak(bth.NakRemoteAccessError)
 		return false
 	}
 	q.flushAck()
-	r := q.allocResource()
-	r.first, r.src = psn, src
-	r.last = psn.Add(q.readPackets(uint32(len(src))) - 1)
+	n := f.RETH.DMALen()
+	r := q.allocResource(resRead, psn, psn.Add(q.readPackets(n)-1))
+	r.rkey, r.va, r.length = f.RETH.RKey(), f.RETH.VA(), n
 	q.startResponse(r, psn)
 	q.ePSN = r.last.Add(1)
 	q.msn++
@@ -405,6 +452,9 @@ func (q *QP) recvRead(f *bth.Frame, psn bth.PSN) bool {
 
 func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	a := f.AtomicETH
+	if !q.rdAtomicAllowed() {
+		return false
+	}
 	if q.attr.AccessFlags&AccessRemoteAtomic == 0 {
 		q.fatalNak(bth.NakRemoteAccessError)
 		return false
@@ -413,8 +463,8 @@ func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		q.fatalNak(bth.NakInvalidRequest)
 		return false
 	}
-	b, ok := q.mem.Remote(a.RKey(), a.VA(), 8, AccessRemoteAtomic)
-	if !ok || len(b) != 8 {
+	b, ok := q.remote(a.RKey(), a.VA(), 8, AccessRemoteAtomic)
+	if !ok {
 		q.fatalNak(bth.NakRemoteAccessError)
 		return false
 	}
@@ -428,8 +478,8 @@ func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		}
 	}
 	binary.LittleEndian.PutUint64(b, v)
-	r := q.allocResource()
-	r.atomic, r.first, r.last, r.orig = true, psn, psn, orig
+	r := q.allocResource(resAtomic, psn, psn)
+	r.orig = orig
 	q.startResponse(r, psn)
 	q.msn++
 	return true
@@ -442,16 +492,15 @@ func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 func (q *QP) recvPlacement(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	va, n := f.RETH.VA(), f.RETH.DMALen()
 	if op == bth.RCAtomicWrite {
+		if !q.rdAtomicAllowed() {
+			return false
+		}
 		if len(f.Payload) != 8 || n != 8 || va%8 != 0 {
 			q.fatalNak(bth.NakInvalidRequest)
 			return false
 		}
-		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
-			q.fatalNak(bth.NakRemoteAccessError)
-			return false
-		}
-		b, ok := q.mem.Remote(f.RETH.RKey(), va, 8, AccessRemoteWrite)
-		if !ok || len(b) != 8 {
+		b, ok := q.remote(f.RETH.RKey(), va, 8, AccessRemoteWrite)
+		if !ok {
 			q.fatalNak(bth.NakRemoteAccessError)
 			return false
 		}
@@ -463,8 +512,7 @@ func (q *QP) recvPlacement(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		}
 	}
 	q.flushAck()
-	r := q.allocResource()
-	r.first, r.last = psn, psn
+	r := q.allocResource(resPlacement, psn, psn)
 	q.startResponse(r, psn)
 	q.msn++
 	return true
@@ -477,44 +525,62 @@ func (q *QP) startResponse(r *resource, psn bth.PSN) {
 	r.pending, r.startPSN, r.sendPSN = true, psn, psn
 }
 
-// duplicate answers a request the responder has already executed: SEND
-// and WRITE are re-ACKed, READ and atomics replayed from the responder
-// resources (an atomic never runs twice).
-func (q *QP) duplicate(f *bth.Frame, op bth.Opcode, psn bth.PSN) {
+// duplicate answers a request the responder has already executed (IBTA
+// Vol. 1 §9.7, duplicate requests; rxe's duplicate_request): SEND and WRITE are re-ACKed, the
+// others answered from their responder resource, never executed again.
+// It returns false when the request was dropped.
+//
+// A duplicate READ must match the resource it repeats: the same R_Key,
+// and the address and length that the original implies for the PSN it
+// restarts at (a requester going back N restarts a READ in its middle
+// with VA and length moved by whole MTUs). Then its key and range are
+// checked again against the regions in force now, as a new READ's would
+// be (rxe rechecks the MR of a replayed READ), and a failure is a remote
+// access error. A duplicate READ at a PSN whose resource is not kept, or
+// that does not match it, is dropped (rxe drops it): executing it would let
+// any spoofer who lands in the "behind" half of the PSN space read memory
+// or draw responses many times its size.
+func (q *QP) duplicate(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	q.count(&q.e.stats.Duplicates, &q.stats.Duplicates)
 	switch {
 	case op == bth.RCReadRequest:
-		if r := q.findResource(psn); r != nil && !r.atomic {
-			q.flushAck()
-			q.startResponse(r, psn)
-			return
+		r := q.findResource(psn)
+		if r == nil || r.kind != resRead {
+			return false
 		}
-		// Not kept any more: a READ can run again.
-		src, ok := q.readSource(f)
-		if !ok {
-			return
+		off := uint64(psn.Diff(r.first)) * uint64(q.mtu)
+		if f.RETH.RKey() != r.rkey || f.RETH.VA() != r.va+off || uint64(f.RETH.DMALen())+off != uint64(r.length) {
+			return false
+		}
+		if !q.readAllowed(f) {
+			q.fatalNakAt(bth.NakRemoteAccessError, psn)
+			return false
 		}
 		q.flushAck()
-		r := q.allocResource()
-		r.first, r.src = psn, src
-		r.last = psn.Add(q.readPackets(uint32(len(src))) - 1)
 		q.startResponse(r, psn)
 	case op == bth.RCCompareSwap || op == bth.RCFetchAdd:
-		if r := q.findResource(psn); r != nil && r.atomic && r.first == psn {
-			q.flushAck()
-			q.startResponse(r, psn)
+		// Answered from the saved original value: an atomic never runs
+		// twice.
+		r := q.findResource(psn)
+		if r == nil || r.kind != resAtomic || r.first != psn {
+			return false
 		}
+		q.flushAck()
+		q.startResponse(r, psn)
 	case op == bth.RCAtomicWrite || op == bth.RCFlush:
 		// Replayed from the resource; an ATOMIC_WRITE no longer kept is
 		// dropped rather than written again.
-		if r := q.findResource(psn); r != nil && !r.atomic && r.first == psn && len(r.src) == 0 {
-			q.flushAck()
-			q.startResponse(r, psn)
+		r := q.findResource(psn)
+		if r == nil || r.kind != resPlacement || r.first != psn {
+			return false
 		}
+		q.flushAck()
+		q.startResponse(r, psn)
 	default:
 		q.ackDue = true
 		q.ackPSN = q.ePSN.Sub(1)
 	}
+	return true
 }
 
 // flushAck sends the coalesced ACK now, before a response that must follow it.
@@ -556,11 +622,16 @@ func (q *QP) flushResponses() {
 			break
 		}
 		for r.pending {
+			src, ok := q.responseSource(r)
+			if !ok {
+				q.revokedResponse(r)
+				return
+			}
 			buf := q.alloc()
 			if buf == nil {
 				return
 			}
-			q.sendResponse(r, buf)
+			q.sendResponse(r, buf, src)
 		}
 	}
 	if !q.blocked {
@@ -568,19 +639,47 @@ func (q *QP) flushResponses() {
 	}
 }
 
-// sendResponse sends r's next response packet.
-func (q *QP) sendResponse(r *resource, buf []byte) {
+// responseSpan returns the offset and length of r's response at r.sendPSN.
+func (q *QP) responseSpan(r *resource) (off, n uint32) {
+	if r.kind != resRead {
+		return 0, 0
+	}
+	off = uint32(r.sendPSN.Diff(r.first)) * q.mtu
+	return off, min(q.mtu, r.length-off)
+}
+
+// responseSource resolves the bytes of r's next READ response now; false
+// when the region, or the QP's remote read right, is gone.
+func (q *QP) responseSource(r *resource) ([]byte, bool) {
+	off, n := q.responseSpan(r)
+	if n == 0 {
+		return nil, true
+	}
+	return q.remote(r.rkey, r.va+uint64(off), n, AccessRemoteRead)
+}
+
+// revokedResponse ends a READ whose region was deregistered while its
+// responses were being sent: the response at r.sendPSN becomes a NAK
+// Remote Access Error, the NAK its R_Key gets now, and the QP goes to ERR
+// (the requester completes the READ with REM_ACCESS_ERR).
+func (q *QP) revokedResponse(r *resource) {
+	r.pending = false
+	q.resActive--
+	r.kind = 0 // a duplicate of it is dropped from now on
+	q.fatalNakAt(bth.NakRemoteAccessError, r.sendPSN)
+}
+
+// sendResponse sends r's next response packet with src (responseSource)
+// as its payload.
+func (q *QP) sendResponse(r *resource, buf, src []byte) {
 	ff := &q.ff
 	psn := r.sendPSN
 	ff.BTH = bth.BTHFields{PKey: q.attr.PKey, DestQP: q.attr.DestQPN, PSN: psn}
 	ff.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKNoCredits, MSN: bth.PSN(q.msn & bth.PSNMask)}
-	n := 0
-	if r.atomic {
+	if r.kind == resAtomic {
 		ff.BTH.Opcode = bth.RCAtomicAck
 		ff.AtomicAck = r.orig
 	} else {
-		off := uint32(psn.Diff(r.first)) * q.mtu
-		n = int(min(q.mtu, uint32(len(r.src))-off))
 		first, last := psn == r.startPSN, psn == r.last
 		switch {
 		case first && last:
@@ -592,9 +691,9 @@ func (q *QP) sendResponse(r *resource, buf []byte) {
 		default:
 			ff.BTH.Opcode = bth.RCReadResponseMiddle
 		}
-		copy(buf[ff.HeaderLen():], r.src[off:off+uint32(n)])
+		copy(buf[ff.HeaderLen():], src)
 	}
-	q.send(buf, ff, n)
+	q.send(buf, ff, len(src))
 	if psn == r.last {
 		r.pending = false
 		q.resActive--
@@ -650,8 +749,9 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 	} else {
 		copy(grh[:], f.IPv6[:bth.IPv6Size])
 	}
-	scatter(w.dst, 0, grh[:])
-	scatter(w.dst, grhSize, f.Payload)
+	// takeRecv has just checked the whole SGL in this same call.
+	q.placeRecv(w, 0, grh[:])
+	q.placeRecv(w, grhSize, f.Payload)
 	wc := WC{Opcode: WCRecv, Flags: WCWithGRH, ByteLen: n + grhSize, SrcQP: f.DETH.SrcQP(), Solicited: f.BTH.SE()}
 	if op.HasImm() {
 		wc.Flags |= WCWithImm

@@ -86,7 +86,6 @@ func (q *QP) takeSRQ() *recvWQE {
 	s.head++
 	q.cur.id, q.cur.capacity = w.id, w.capacity
 	q.cur.sge = append(q.cur.sge[:0], w.sge...)
-	q.cur.dst = q.cur.dst[:0]
 	q.curHeld = true
 	return &q.cur
 }

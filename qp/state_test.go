@@ -7,9 +7,23 @@ import (
 	"time"
 )
 
-type nullOut struct{ sent [][]byte }
+// nullOut keeps what the engine sends; when limited, Alloc hands out only
+// budget more buffers.
+type nullOut struct {
+	sent    [][]byte
+	limited bool
+	budget  int
+}
 
-func (o *nullOut) Alloc() []byte     { return make([]byte, bufSize) }
+func (o *nullOut) Alloc() []byte {
+	if o.limited {
+		if o.budget == 0 {
+			return nil
+		}
+		o.budget--
+	}
+	return make([]byte, bufSize)
+}
 func (o *nullOut) Send(frame []byte) { o.sent = append(o.sent, frame) }
 
 func newTestQP(t *testing.T, typ Type) (*QP, *testCQ, *testCQ) {
