@@ -87,22 +87,20 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 }
 
 // takeRecv returns the receive request at the head of the queue, nil if
-// the queue is empty; bad is set when its SGL does not resolve to local
-// writable memory now.
-func (q *QP) takeRecv() (w *recvWQE, bad bool) {
+// the queue is empty. Its SGL is resolved packet by packet (placeRecv), as
+// rxe does: a bad SGE fails the message when a packet reaches it.
+func (q *QP) takeRecv() *recvWQE {
 	if q.srq != nil {
-		w = q.takeSRQ()
-	} else if q.rqHead != q.rqTail {
-		w = q.rqAt(q.rqHead)
+		return q.takeSRQ()
 	}
-	if w == nil {
-		return nil, false
+	if q.rqHead != q.rqTail {
+		return q.rqAt(q.rqHead)
 	}
-	return w, !q.checkSGL(w.sge, AccessLocalWrite)
+	return nil
 }
 
 // placeRecv writes p at offset off of w's buffers, resolving them now;
-// false if they are no longer registered.
+// false if they do not name local writable memory (any more).
 func (q *QP) placeRecv(w *recvWQE, off uint32, p []byte) bool {
 	if !q.resolveSGL(w.sge, off, uint32(len(p)), AccessLocalWrite) {
 		return false
@@ -245,7 +243,7 @@ func (q *QP) fatalNakAt(syn bth.Syndrome, psn bth.PSN) {
 // false when the packet was not accepted.
 func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	if op.IsFirst() {
-		w, bad := q.takeRecv()
+		w := q.takeRecv()
 		if w == nil {
 			if reliable {
 				q.nakSent = true
@@ -253,13 +251,6 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 				q.sendAck(bth.RNRNakSyndrome(q.attr.MinRNRTimer), q.ePSN)
 			}
 			return q.drop(&q.e.stats.RxNoRecv, &q.stats.RxNoRecv)
-		}
-		if bad {
-			q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
-			if reliable {
-				q.fatalNak(bth.NakRemoteOpError)
-			}
-			return false
 		}
 		q.in = inMsg{active: !op.IsLast(), recv: w}
 	}
@@ -274,7 +265,7 @@ func (q *QP) recvSend(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		return false
 	}
 	if !q.placeRecv(w, q.in.off, f.Payload) {
-		// The receive buffer was deregistered during the message.
+		// A bad SGE, or a buffer deregistered during the message.
 		q.in = inMsg{}
 		q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
 		if reliable {
@@ -346,8 +337,7 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	if op.HasImm() {
 		// WRITE with immediate consumes a receive request: check first so
 		// that an RNR NAK leaves nothing half done.
-		w, bad := q.takeRecv()
-		if w == nil {
+		if q.takeRecv() == nil {
 			if reliable {
 				q.nakSent = true
 				q.count(&q.e.stats.RNRNaksTx, &q.stats.RNRNaksTx)
@@ -357,7 +347,6 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 			}
 			return q.drop(&q.e.stats.RxNoRecv, &q.stats.RxNoRecv)
 		}
-		_ = bad // the receive request's buffers are not used
 	}
 	copy(dst, f.Payload)
 	q.in.off += n
@@ -730,13 +719,9 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 	if f.DETH.QKey() != q.attr.QKey {
 		return q.drop(&q.e.stats.RxBadKey, &q.stats.RxBadKey)
 	}
-	w, bad := q.takeRecv()
+	w := q.takeRecv()
 	if w == nil {
 		return q.drop(&q.e.stats.RxNoRecv, &q.stats.RxNoRecv)
-	}
-	if bad {
-		q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
-		return false
 	}
 	n := uint32(len(f.Payload))
 	if uint64(n)+grhSize > uint64(w.capacity) {
@@ -749,9 +734,10 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 	} else {
 		copy(grh[:], f.IPv6[:bth.IPv6Size])
 	}
-	// takeRecv has just checked the whole SGL in this same call.
-	q.placeRecv(w, 0, grh[:])
-	q.placeRecv(w, grhSize, f.Payload)
+	if !q.placeRecv(w, 0, grh[:]) || !q.placeRecv(w, grhSize, f.Payload) {
+		q.completeRecv(WC{Status: WCLocProtErr, Opcode: WCRecv})
+		return false
+	}
 	wc := WC{Opcode: WCRecv, Flags: WCWithGRH, ByteLen: n + grhSize, SrcQP: f.DETH.SrcQP(), Solicited: f.BTH.SE()}
 	if op.HasImm() {
 		wc.Flags |= WCWithImm

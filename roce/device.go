@@ -379,11 +379,12 @@ type Stats struct {
 	InvReqNaksRx, RemAccessNaksRx, RemOpNaksRx uint64
 	InvReqNaksTx, RemAccessNaksTx, RemOpNaksTx uint64
 	// Why frames were dropped (each also in RxDropped, but RxOutOfSeq):
-	// malformed, not to one of our addresses, QP in the wrong state,
+	// malformed, tagged for a VLAN other than 0, not to one of our
+	// addresses, QP in the wrong state,
 	// P_Key/Q_Key mismatch, not from the QP's peer, no receive request,
 	// refused (bad sequence, length or access, stray response); RC
 	// requests after a PSN gap discarded until go-back-N.
-	RxMalformed, RxWrongAddress                          uint64
+	RxMalformed, RxWrongVLAN, RxWrongAddress             uint64
 	RxBadState, RxBadKey, RxNotPeer, RxNoRecv, RxInvalid uint64
 	RxOutOfSeq                                           uint64
 	Forwarded                                            uint64 // frames handed from one worker to another
@@ -433,6 +434,7 @@ func (d *Device) Stats() Stats {
 		s.RemAccessNaksTx += e.RemAccessNaksTx.Load()
 		s.RemOpNaksTx += e.RemOpNaksTx.Load()
 		s.RxMalformed += e.RxMalformed.Load()
+		s.RxWrongVLAN += e.RxWrongVLAN.Load()
 		s.RxWrongAddress += e.RxWrongAddress.Load()
 		s.RxBadState += e.RxBadState.Load()
 		s.RxBadKey += e.RxBadKey.Load()

@@ -64,9 +64,8 @@ type MR struct {
 	access Access
 	slot   uint32
 
-	inflight atomic.Int64 // outstanding work requests' references (SGEs)
-	refs     int          // registrations sharing the region (the cache); guarded by mrTable.mu
-	dead     bool         // guarded by mrTable.mu
+	refs int  // registrations sharing the region (the cache); guarded by mrTable.mu
+	dead bool // guarded by mrTable.mu
 }
 
 // Addr returns the region's virtual address: the address of its first byte.
@@ -78,8 +77,8 @@ func (m *MR) Len() int { return len(m.buf) }
 // Bytes returns the registered memory.
 func (m *MR) Bytes() []byte { return m.buf }
 
-// LKey returns the local key: slot index << 8 | an 8-bit key that changes
-// each time the slot is registered again.
+// LKey returns the local key (see keys.go: a slot index in the low bits,
+// unpredictable bits above it that differ at each registration).
 func (m *MR) LKey() uint32 { return m.key }
 
 // RKey returns the remote key (equal to the local key, as rxe).
@@ -203,10 +202,11 @@ func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
 type mrTable struct {
 	slots []atomic.Pointer[MR]
 	noPin bool
+	keys  keyGen // set by init, then read-only but for its generations (mu)
 
-	// mu guards gen, free, cache, the MRs' refs and dead, and pins.
+	// mu guards the key generations, free, cache, the MRs' refs and
+	// dead, and pins.
 	mu    sync.Mutex
-	gen   []uint8
 	free  []uint32
 	cache map[mrCacheKey]*MR
 	pins  pinSet
@@ -221,7 +221,7 @@ type mrCacheKey struct {
 
 func (t *mrTable) init(n int, noPin bool) {
 	t.slots = make([]atomic.Pointer[MR], n+1)
-	t.gen = make([]uint8, n+1)
+	t.keys.init(n)
 	t.noPin = noPin
 	t.cache = make(map[mrCacheKey]*MR)
 	t.pins.pages = make(map[uintptr]int)
@@ -232,7 +232,7 @@ func (t *mrTable) init(n int, noPin bool) {
 
 // lookup returns the live region key names, or nil.
 func (t *mrTable) lookup(key uint32) *MR {
-	i := key >> 8
+	i := key & t.keys.slotMask
 	if i == 0 || int(i) >= len(t.slots) {
 		return nil
 	}
@@ -296,8 +296,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	slot := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
-	t.gen[slot]++
-	m := &MR{pd: pd, buf: buf, addr: ck.addr, access: access, slot: slot, key: slot<<8 | uint32(t.gen[slot]), refs: 1}
+	m := &MR{pd: pd, buf: buf, addr: ck.addr, access: access, slot: slot, key: t.keys.next(slot), refs: 1}
 	t.slots[slot].Store(m)
 	t.cache[ck] = m
 	pd.mu.Lock()
@@ -307,9 +306,16 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 }
 
 // Dereg deregisters the region (ibv_dereg_mr): once every registration of
-// it is deregistered, its keys stop working and the memory is unpinned. It
-// fails with ErrBusy while work requests that reference it are
-// outstanding. Extra calls return ErrDestroyed.
+// it is deregistered, its keys stop working and the memory is unpinned.
+// When Dereg returns, no worker reads or writes the region any more, and
+// none will: the key is revoked first, then Dereg waits for the batch
+// each worker is running (a batch may hold a slice it resolved before).
+// Every later packet resolves its bytes anew (package qp keeps keys, not
+// memory), so what was in flight fails as with any invalid key: the rest
+// of a peer's WRITE, a READ response not yet sent and a duplicate READ get
+// a NAK Remote Access Error, and a local work request that still needed
+// the region completes with LOC_PROT_ERR, as on hardware RNICs. Dereg
+// never waits for the peer. Extra calls return ErrDestroyed.
 func (m *MR) Dereg() error {
 	d := m.pd.d
 	t := &d.mrs
@@ -317,10 +323,6 @@ func (m *MR) Dereg() error {
 	if m.dead {
 		t.mu.Unlock()
 		return fmt.Errorf("dereg mr %#x: %w", m.key, ErrDestroyed)
-	}
-	if n := m.inflight.Load(); n > 0 {
-		t.mu.Unlock()
-		return fmt.Errorf("dereg mr %#x: %d outstanding references: %w", m.key, n, ErrBusy)
 	}
 	if m.refs > 1 {
 		m.refs--

@@ -15,7 +15,7 @@ func TestMRKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m1.Addr() != sliceAddr(buf) || m1.Len() != len(buf) || m1.LKey() != m1.RKey() || m1.LKey()>>8 == 0 {
+	if m1.Addr() != sliceAddr(buf) || m1.Len() != len(buf) || m1.LKey() != m1.RKey() || m1.LKey() == 0 {
 		t.Fatalf("mr addr %#x len %d keys %#x/%#x", m1.Addr(), m1.Len(), m1.LKey(), m1.RKey())
 	}
 	// Cache hit: same region, same keys.
@@ -168,37 +168,52 @@ func BenchmarkRegMR(b *testing.B) {
 	}
 }
 
-// Unsignaled requests, many more than the queue depth: their references
-// go once a later signaled request completes, and Dereg works again.
-func TestUnsignaledRefs(t *testing.T) {
+// Dereg with many requests outstanding succeeds at once and revokes the
+// key: the requests that still needed the region complete with
+// LOC_PROT_ERR (the first of them, then the rest flushed), those that were
+// done with it succeed, and nothing is left registered or pinned.
+func TestDeregRevokesOutstanding(t *testing.T) {
 	da, db := pipeDevices(t, 1, noFaults, Config{})
-	a, b := rcPair(t, da, db, 4096)
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; i < 1000; {
-		err := a.qp.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-		switch {
-		case err == nil:
-			i++
-		case errors.Is(err, ErrQueueFull) && time.Now().Before(deadline):
-			time.Sleep(100 * time.Microsecond)
-		default:
+	a, b := rcPair(t, da, db, 1<<20)
+	const n = 64
+	for i := range n {
+		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.mr.Dereg(); !errors.Is(err, ErrBusy) {
-		t.Logf("dereg with a request outstanding: %v (it may have completed already)", err)
-		return
-	}
-	want(t, a.cq, WCRDMAWrite, WCSuccess)
-	if n := a.mr.inflight.Load(); n != 0 {
-		t.Fatalf("%d references left", n)
-	}
+	before := da.Stats().MRs
 	if err := a.mr.Dereg(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("dereg with requests outstanding: %v", err)
+	}
+	if got := da.Stats().MRs; got != before-1 {
+		t.Fatalf("%d regions after Dereg, want %d", got, before-1)
+	}
+	ok, prot, flushed := 0, 0, 0
+	for range n {
+		wc := wait(t, a.cq, 20*time.Second)
+		switch wc.Status {
+		case WCSuccess:
+			if prot+flushed > 0 {
+				t.Fatalf("request %d succeeded after a failed one", wc.ID)
+			}
+			ok++
+		case WCLocProtErr:
+			prot++
+		case WCWRFlushErr:
+			flushed++
+		default:
+			t.Fatalf("request %d: %v", wc.ID, wc.Status)
+		}
+	}
+	if prot != 1 || ok+flushed != n-1 {
+		t.Fatalf("%d succeeded, %d LOC_PROT_ERR, %d flushed; want exactly one LOC_PROT_ERR", ok, prot, flushed)
+	}
+	if st := a.qp.State(); st != StateErr {
+		t.Fatalf("QP in %v after a local protection error, want ERR", st)
+	}
+	if err := a.mr.Dereg(); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("second Dereg: %v, want ErrDestroyed", err)
 	}
 }
 
@@ -239,5 +254,49 @@ func TestMRReadAt(t *testing.T) {
 	}
 	if k, err := b.mr.WriteAt(p, int64(b.mr.Len()-4)); k != 0 || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("WriteAt past the end = %d, %v; want 0, ErrInvalid", k, err)
+	}
+}
+
+// Keys: the slot index in the low bits, different bits above at every
+// registration of a slot (no key comes back within many re-registrations),
+// and different keys on two devices for the same history.
+func TestMRKeyBits(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	buf := make([]byte, 4096)
+	keys := func(d *Device) []uint32 {
+		pd, err := d.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks []uint32
+		for range 5000 {
+			m, err := pd.RegMR(buf, AccessLocalWrite|AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, m.RKey())
+			if err := m.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ks
+	}
+	ka, kb := keys(da), keys(db)
+	seen := map[uint32]bool{}
+	same := 0
+	for i, k := range ka {
+		if seen[k] {
+			t.Fatalf("key %#x given twice in 5000 registrations of one slot", k)
+		}
+		seen[k] = true
+		if k&da.mrs.keys.slotMask != ka[0]&da.mrs.keys.slotMask {
+			t.Fatalf("key %#x: slot changed", k)
+		}
+		if k == kb[i] {
+			same++
+		}
+	}
+	if same > 5 {
+		t.Fatalf("%d of 5000 keys equal on two devices: not unpredictable", same)
 	}
 }

@@ -30,9 +30,7 @@ type QP struct {
 	cfg QPConfig
 	qpn uint32
 
-	// Guarded by w.mu: the memory references of outstanding work
-	// requests, and whether the QP is gone.
-	sq, rq    refRing
+	// Guarded by w.mu: whether the QP is gone, and its error events.
 	destroyed bool
 	fatal     bool // an EventQPFatal was raised
 	lastWQE   bool // an EventQPLastWQEReached was raised
@@ -112,87 +110,8 @@ func (q *QP) Stats() QPStats {
 	}
 }
 
-// refRing remembers, per outstanding work request in posting order, the
-// memory regions its SGEs reference, so that Dereg can refuse while they
-// are in use.
-type refRing struct {
-	e          []refEntry
-	head, tail uint32
-}
-
-type refEntry struct {
-	id       uint64
-	signaled bool
-	mrs      []*MR
-}
-
-func newRefRing(n, sge int) refRing {
-	r := refRing{e: make([]refEntry, n)}
-	for i := range r.e {
-		r.e[i].mrs = make([]*MR, 0, sge)
-	}
-	return r
-}
-
-func (r *refRing) push(d *Device, id uint64, signaled bool, sgl []SGE) {
-	if r.tail-r.head >= uint32(len(r.e)) {
-		// The engine took the request, so its queue had room: the oldest
-		// entry has completed (unsignaled, or an SRQ request whose QP
-		// went away).
-		r.pop()
-	}
-	e := &r.e[r.tail%uint32(len(r.e))]
-	e.id, e.signaled = id, signaled
-	e.mrs = e.mrs[:0]
-	for _, s := range sgl {
-		if m := d.mrs.lookup(s.LKey); m != nil && len(e.mrs) < cap(e.mrs) {
-			m.inflight.Add(1)
-			e.mrs = append(e.mrs, m)
-		}
-	}
-	r.tail++
-}
-
-// pop releases the oldest entry and reports whether it was signaled.
-func (r *refRing) pop() (signaled bool, ok bool) {
-	if r.head == r.tail {
-		return false, false
-	}
-	e := &r.e[r.head%uint32(len(r.e))]
-	for i, m := range e.mrs {
-		m.inflight.Add(-1)
-		e.mrs[i] = nil
-	}
-	e.mrs = e.mrs[:0]
-	r.head++
-	return e.signaled, true
-}
-
-// popID releases the oldest entry with this ID (SRQ completions come out
-// of posting order across QPs), or the oldest entry if none matches.
-func (r *refRing) popID(id uint64) {
-	for i := r.head; i != r.tail; i++ {
-		e := &r.e[i%uint32(len(r.e))]
-		if e.id != id {
-			continue
-		}
-		h := &r.e[r.head%uint32(len(r.e))]
-		*e, *h = *h, *e
-		break
-	}
-	r.pop()
-}
-
-func (r *refRing) clear() {
-	for {
-		if _, ok := r.pop(); !ok {
-			return
-		}
-	}
-}
-
-// sink is the engine's qp.CQ for one queue of one QP: it drops the memory
-// references of completed requests and forwards the completion.
+// sendSink and recvSink are the engine's qp.CQ for one queue of one QP:
+// they count the completion and forward it to the user's CQ.
 type sendSink QP
 type recvSink QP
 
@@ -201,18 +120,9 @@ func (s *sendSink) Complete(wc *qp.WC) {
 	q := (*QP)(s)
 	if wc.Status == qp.WCSuccess {
 		q.stats.sendOK.Add(1)
-		// Completions come in order; unsignaled requests before this
-		// one completed silently.
-		for {
-			sig, ok := q.sq.pop()
-			if !ok || sig {
-				break
-			}
-		}
 	} else {
 		q.stats.sendErr.Add(1)
 		q.stats.lastErr.Store(uint32(wc.Status))
-		q.sq.pop()
 		q.w.dirty = append(q.w.dirty, q)
 	}
 	if !q.cfg.SendCQ.complete(wc) {
@@ -223,11 +133,6 @@ func (s *sendSink) Complete(wc *qp.WC) {
 // Complete implements qp.CQ (called by the worker with w.mu held).
 func (s *recvSink) Complete(wc *qp.WC) {
 	q := (*QP)(s)
-	if q.cfg.SRQ != nil {
-		q.cfg.SRQ.refs.popID(wc.ID)
-	} else {
-		q.rq.pop()
-	}
 	if wc.Status != qp.WCSuccess {
 		q.stats.recvErr.Add(1)
 		q.stats.lastErr.Store(uint32(wc.Status))
@@ -251,9 +156,8 @@ func (q *QP) lostCompletion() {
 }
 
 // afterError runs after a batch in which q had an error completion or lost
-// one to a full CQ: once
-// the QP is in ERR or SQE the engine has flushed its send queue, so every
-// reference left is released, and a fatal error raises EventQPFatal.
+// one to a full CQ: a lost completion moves the QP to ERR, and a QP in
+// ERR raises EventQPFatal (and Last WQE Reached on an SRQ) once.
 func (q *QP) afterError() {
 	if q.destroyed {
 		return
@@ -267,19 +171,12 @@ func (q *QP) afterError() {
 			q.q.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
 		}
 	}
-	switch q.q.State() {
-	case qp.StateErr:
-		q.sq.clear()
-		if q.cfg.SRQ == nil {
-			q.rq.clear()
-		}
+	if q.q.State() == qp.StateErr {
 		if !q.fatal {
 			q.fatal = true
 			q.w.d.event(Event{Type: EventQPFatal, QPN: q.qpn})
 		}
 		q.lastWQELocked()
-	case qp.StateSQE:
-		q.sq.clear()
 	}
 }
 
@@ -333,10 +230,6 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	d.mu.Unlock()
 
 	q := &QP{pd: pd, w: w, cfg: cfg}
-	q.sq = newRefRing(cfg.MaxSendWR, cfg.MaxSGE)
-	if cfg.SRQ == nil {
-		q.rq = newRefRing(cfg.MaxRecvWR, cfg.MaxSGE)
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stop {
@@ -427,12 +320,8 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 	if err == nil && mask&AttrState != 0 {
 		switch a.State {
 		case qp.StateReset:
-			q.sq.clear()
-			q.rq.clear()
 			q.fatal, q.lastWQE = false, false
 		case qp.StateErr:
-			q.sq.clear()
-			q.rq.clear()
 			q.lastWQELocked()
 		}
 	}
@@ -477,16 +366,10 @@ func (q *QP) PostSend(wr *SendWR) error {
 		w.mu.Unlock()
 		return fmt.Errorf("post send on qp %#x: %w", q.qpn, err)
 	}
-	st := q.q.State()
 	idle := q.q.SendQueued() == 0
-	// No completion can come before push: only this goroutine holds w.mu,
-	// and the engine completes at once only in ERR and SQE (flushing).
 	err := q.q.PostSend(wr)
 	kick := true
 	if err == nil {
-		if st != qp.StateErr && st != qp.StateSQE {
-			q.sq.push(w.d, wr.ID, wr.Flags&SendSignaled != 0 || q.cfg.SignalAll, wr.SGL)
-		}
 		kick = w.postedLocked(idle)
 	}
 	w.mu.Unlock()
@@ -511,13 +394,9 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		w.mu.Unlock()
 		return fmt.Errorf("post recv on qp %#x: it uses an SRQ: %w", q.qpn, ErrState)
 	}
-	st := q.q.State()
 	err := q.q.PostRecv(wr)
 	kick := true
 	if err == nil {
-		if st != qp.StateErr {
-			q.rq.push(w.d, wr.ID, true, wr.SGL)
-		}
 		kick = w.postedLocked(false)
 	}
 	w.mu.Unlock()
@@ -531,8 +410,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 }
 
 // Destroy destroys the QP (ibv_destroy_qp): it leaves the engine at once,
-// without completions, and drops its references to memory regions. It is
-// idempotent.
+// without completions. It is idempotent.
 func (q *QP) Destroy() error {
 	w := q.w
 	w.mu.Lock()
@@ -548,8 +426,6 @@ func (q *QP) Destroy() error {
 // release forgets the QP; w.mu is held.
 func (q *QP) release() {
 	q.destroyed = true
-	q.sq.clear()
-	q.rq.clear()
 	delete(q.w.qps, q.qpn)
 	q.pd.mu.Lock()
 	q.pd.nqp--
@@ -591,7 +467,6 @@ type SRQ struct {
 	cfg SRQConfig
 
 	// Guarded by w.mu.
-	refs  refRing
 	limit int
 	nqp   int
 	dead  bool
@@ -617,7 +492,7 @@ func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
 	w := d.workers[d.rr%len(d.workers)]
 	d.rr++
 	d.mu.Unlock()
-	s := &SRQ{pd: pd, w: w, cfg: cfg, refs: newRefRing(cfg.MaxWR, cfg.MaxSGE)}
+	s := &SRQ{pd: pd, w: w, cfg: cfg}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s.s = w.eng.CreateSRQ(cfg.MaxWR, cfg.MaxSGE)
@@ -674,9 +549,6 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
 	}
 	err := s.s.PostRecv(wr)
-	if err == nil {
-		s.refs.push(w.d, wr.ID, true, wr.SGL)
-	}
 	w.mu.Unlock()
 	if err != nil {
 		return err
@@ -708,7 +580,6 @@ func (s *SRQ) Destroy() error {
 		return fmt.Errorf("destroy srq: %w", err)
 	}
 	s.dead = true
-	s.refs.clear()
 	for i, x := range w.armed {
 		if x == s {
 			w.armed = append(w.armed[:i], w.armed[i+1:]...)
