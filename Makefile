@@ -7,6 +7,8 @@ BIN       ?= bin/xroce
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 FUZZTIME  ?= 20s
+FUZZLONG  ?= 10m
+FUZZMIN   ?= 10s
 BENCHTIME ?= 1s
 BENCH     ?= .
 export CGO_ENABLED := 0
@@ -60,9 +62,13 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 20s).
 	@for pkg in $$($(GO) list $(PKGS)); do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$f"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) $$pkg || exit 1; \
 		done; \
 	done
+
+.PHONY: fuzz-long
+fuzz-long: ## Every fuzz target for FUZZLONG each (default 10m), for runs outside CI; stops at the first crasher, which lands in testdata/fuzz.
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZLONG)
 
 .PHONY: bench
 bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print them.
