@@ -57,12 +57,18 @@
 // # Resources
 //
 // Memory regions are Go byte slices pinned with mlock for their lifetime
-// (pages shared by several regions are counted); keys are slot<<8 | an
-// 8-bit key that changes on each registration of the slot. Registering a
-// buffer that is registered already with the same rights returns the same
-// region (the registration cache, see BenchmarkRegMR). Dereg fails with
-// ErrBusy while posted work requests reference the region. Keys are looked
-// up by the workers without locks.
+// (pages shared by several regions are counted). A key is the region's
+// slot in the low bits and, above them, a keyed pseudorandom permutation of
+// the slot's registration count (keys.go): unpredictable, and not given
+// again until the slot has been registered 2^(32-slot bits) times.
+// Registering a buffer that is registered already with the same rights
+// returns the same region (the registration cache, see BenchmarkRegMR).
+// Dereg revokes: the key stops working at once, Dereg waits for the
+// workers' current batches, and from then on nothing reads or writes the
+// region; whatever still needed it (a peer's WRITE half received, READ
+// responses not yet sent, a posted request) fails as an invalid key does,
+// because package qp resolves memory for every packet and keeps none.
+// Keys are looked up by the workers without locks.
 //
 // CQs are rings filled by the workers: Poll copies completions into the
 // caller's slice without allocating, Wait blocks with a context, Notify
