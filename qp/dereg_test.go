@@ -268,18 +268,24 @@ func TestSendIntoDeregisteredBuffer(t *testing.T) {
 	}
 }
 
-// The requester resolves its SGL for every packet: a region deregistered
-// while a SEND is half sent fails the request with LOC_PROT_ERR, and no
-// byte of it is sent after Dereg.
-func TestRequesterAfterLocalDereg(t *testing.T) {
+// requesterVictim adds to a victim an RC requester QP (0x210) in RTS
+// whose local memory is the victim's local region.
+func requesterVictim(t *testing.T) (*victim, *region, *QP, *testCQ) {
 	v := newVictim(t)
-	local := v.mem.regions[localKey]
 	scq := &testCQ{}
 	q, err := v.e.CreateQP(Config{Type: RC, QPN: 0x210, SendCQ: scq, RecvCQ: &testCQ{}, Mem: v.mem})
 	if err != nil {
 		t.Fatal(err)
 	}
 	walkAttrs(t, q, RC)
+	return v, v.mem.regions[localKey], q, scq
+}
+
+// The requester resolves its SGL for every packet: a region deregistered
+// while a SEND is half sent fails the request with LOC_PROT_ERR, and no
+// byte of it is sent after Dereg.
+func TestRequesterAfterLocalDereg(t *testing.T) {
+	v, local, q, scq := requesterVictim(t)
 	if err := q.PostSend(&SendWR{ID: 7, Opcode: WRSend, SGL: sge(localBase, 4096), Flags: SendSignaled}); err != nil {
 		t.Fatal(err)
 	}
@@ -307,14 +313,7 @@ func TestRequesterAfterLocalDereg(t *testing.T) {
 // A READ's response is not placed into a local buffer deregistered while
 // the READ was outstanding: the request fails with LOC_PROT_ERR.
 func TestReadResponseIntoDeregisteredBuffer(t *testing.T) {
-	v := newVictim(t)
-	local := v.mem.regions[localKey]
-	scq := &testCQ{}
-	q, err := v.e.CreateQP(Config{Type: RC, QPN: 0x210, SendCQ: scq, RecvCQ: &testCQ{}, Mem: v.mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	walkAttrs(t, q, RC)
+	v, local, q, scq := requesterVictim(t)
 	if err := q.PostSend(&SendWR{ID: 9, Opcode: WRRDMARead, SGL: sge(localBase, 16), RemoteAddr: 0x1000, RKey: 5}); err != nil {
 		t.Fatal(err)
 	}

@@ -125,12 +125,15 @@ func (q *QP) PostSend(wr *SendWR) error {
 	return nil
 }
 
-// startWQE assigns the request its PSNs after checking that its whole SGL
-// resolves. It returns false when the request failed locally (its status
-// is in localErr).
+// startWQE assigns the request its PSNs after checking its SGL. It returns
+// false when the request failed locally (its status is in localErr).
 func (q *QP) startWQE(w *sendWQE) bool {
 	op := w.wr.Opcode
-	if w.localErr == WCSuccess && !w.isInl && !q.checkSGL(w.wr.SGL, localAccess(op)) {
+	// A SEND or WRITE of one packet is checked when that packet resolves
+	// its bytes, right after; longer ones and READs and atomics (whose
+	// local memory is written only when the answer comes) are checked whole
+	// before their first packet leaves.
+	if w.localErr == WCSuccess && !w.isInl && (op.isReadLike() || w.length > q.mtu) && !q.checkSGL(w.wr.SGL, localAccess(op)) {
 		w.localErr = WCLocProtErr
 	}
 	if w.localErr == WCSuccess {
