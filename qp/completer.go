@@ -165,8 +165,7 @@ func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		q.toError()
 		return true
 	}
-	scatter(q.segs, 0, f.Payload)
-	q.dropSegs()
+	q.copyToSegs(f.Payload)
 	q.compPSN = psn.Add(1)
 	if isLast {
 		q.popSend(w, WCSuccess)
@@ -193,8 +192,7 @@ func (q *QP) onAtomicAck(f *bth.Frame, psn bth.PSN) bool {
 		q.toError()
 		return true
 	}
-	scatter(q.segs, 0, binary.LittleEndian.AppendUint64(q.scratch[:0], f.AtomicAckETH.OrigRemoteData()))
-	q.dropSegs()
+	q.copyToSegs(binary.LittleEndian.AppendUint64(q.scratch[:0], f.AtomicAckETH.OrigRemoteData()))
 	q.compPSN = psn.Add(1)
 	q.popSend(w, WCSuccess)
 	q.onProgress()

@@ -48,16 +48,28 @@ func sglLength(sgl []SGE) uint64 {
 	return n
 }
 
-// checkSGL reports whether every byte of sgl resolves with acc now: the
+// checkSGL reports whether the n bytes of sgl resolve with acc now: the
 // check a request gets when it starts, before any packet of it moves.
-func (q *QP) checkSGL(sgl []SGE, acc Access) bool {
-	n := sglLength(sgl)
-	if n > maxMsg {
-		return false
-	}
-	ok := q.resolveSGL(sgl, 0, uint32(n), acc)
+func (q *QP) checkSGL(sgl []SGE, n uint32, acc Access) bool {
+	ok := q.resolveSGL(sgl, 0, n, acc)
 	q.dropSegs()
 	return ok
+}
+
+// copyToSegs copies p into q.segs, in order, and drops them.
+func (q *QP) copyToSegs(p []byte) {
+	for _, d := range q.segs {
+		p = p[copy(d, p):]
+	}
+	q.dropSegs()
+}
+
+// copyFromSegs copies q.segs, in order, into dst and drops them.
+func (q *QP) copyFromSegs(dst []byte) {
+	for _, s := range q.segs {
+		dst = dst[copy(dst, s):]
+	}
+	q.dropSegs()
 }
 
 // dropSegs forgets the slices of the packet just handled.

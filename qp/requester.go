@@ -75,10 +75,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 			return fmt.Errorf("post send on qp %#x: %v: %w", q.qpn, wr.Opcode, ErrOpcode)
 		}
 	}
-	var n uint64
-	for _, s := range wr.SGL {
-		n += uint64(s.Length)
-	}
+	n := sglLength(wr.SGL)
 	inl := wr.Flags&SendInline != 0 && (wr.Opcode.isSend() || wr.Opcode.isWrite())
 	if inl && n > uint64(q.maxInl) {
 		return fmt.Errorf("post send on qp %#x: %d bytes inline: %w", q.qpn, n, ErrInline)
@@ -133,7 +130,7 @@ func (q *QP) startWQE(w *sendWQE) bool {
 	// its bytes, right after; longer ones and READs and atomics (whose
 	// local memory is written only when the answer comes) are checked whole
 	// before their first packet leaves.
-	if w.localErr == WCSuccess && !w.isInl && (op.isReadLike() || w.length > q.mtu) && !q.checkSGL(w.wr.SGL, localAccess(op)) {
+	if w.localErr == WCSuccess && !w.isInl && (op.isReadLike() || w.length > q.mtu) && !q.checkSGL(w.wr.SGL, w.length, localAccess(op)) {
 		w.localErr = WCLocProtErr
 	}
 	if w.localErr == WCSuccess {
@@ -395,26 +392,7 @@ func (q *QP) placePayload(dst []byte, w *sendWQE, off uint32, n int) {
 		copy(dst[:n], w.inline[off:])
 		return
 	}
-	for _, s := range q.segs {
-		dst = dst[copy(dst, s):]
-	}
-	q.dropSegs()
-}
-
-// scatter copies src into the message buffers dst at offset off.
-func scatter(dst [][]byte, off uint32, src []byte) {
-	o := int(off)
-	for _, d := range dst {
-		if len(src) == 0 {
-			return
-		}
-		if o >= len(d) {
-			o -= len(d)
-			continue
-		}
-		c := copy(d[o:], src)
-		src, o = src[c:], 0
-	}
+	q.copyFromSegs(dst)
 }
 
 // rewind restarts sending at psn (go-back-N): the request holding psn is

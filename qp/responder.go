@@ -105,8 +105,7 @@ func (q *QP) placeRecv(w *recvWQE, off uint32, p []byte) bool {
 	if !q.resolveSGL(w.sge, off, uint32(len(p)), AccessLocalWrite) {
 		return false
 	}
-	scatter(q.segs, 0, p)
-	q.dropSegs()
+	q.copyToSegs(p)
 	return true
 }
 
@@ -307,15 +306,18 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 		}
 		return false
 	}
+	var dst []byte // where this packet's payload goes
 	if op.IsFirst() {
-		// The whole DMA range is checked on the first packet; a
-		// zero-length WRITE checks no R_Key (rxe's check_rkey).
+		// The whole DMA range is checked on the first packet, whose
+		// payload goes at its start; a zero-length WRITE checks no R_Key
+		// (rxe's check_rkey).
 		va, rkey, n := f.RETH.VA(), f.RETH.RKey(), f.RETH.DMALen()
 		if q.attr.AccessFlags&AccessRemoteWrite == 0 {
 			return nak(bth.NakRemoteAccessError)
 		}
 		if n > 0 {
-			if _, ok := q.remote(rkey, va, n, AccessRemoteWrite); !ok {
+			var ok bool
+			if dst, ok = q.remote(rkey, va, n, AccessRemoteWrite); !ok {
 				return nak(bth.NakRemoteAccessError)
 			}
 		}
@@ -325,10 +327,9 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	if uint64(q.in.off)+uint64(n) > uint64(q.in.total) || op.IsLast() && q.in.off+n != q.in.total {
 		return nak(bth.NakInvalidRequest)
 	}
-	// Every packet resolves its own bytes: the region may have been
+	// Every later packet resolves its own bytes: the region may have been
 	// deregistered since the first.
-	var dst []byte
-	if n > 0 {
+	if !op.IsFirst() && n > 0 {
 		var ok bool
 		if dst, ok = q.remote(q.in.rkey, q.in.va+uint64(q.in.off), n, AccessRemoteWrite); !ok {
 			return nak(bth.NakRemoteAccessError)
