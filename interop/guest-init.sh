@@ -478,6 +478,20 @@ mode_tap() {
 
 # --- xroce: the RoCE half, xroce on the host against rxe in the guest ----------------
 
+# last_ack_lost NAME TOOL_EXIT XROCE_LOG: whether an xloss row failed only
+# the way lossy runs of these tools must sometimes end. netem drops the ACK
+# of xroce's last message; the guest's tool has everything it waits for
+# (it exits 0 only after receiving every message of xroce's, contents
+# checked where the row passes -c), destroys its QP and exits; xroce's
+# retransmissions then reach no QP and its last completion never comes (a
+# real ibv_rc_pingpong in xroce's place would wait the same way). The tool's
+# exit 0 proves the data went through; xroce's only complaint is the
+# missing completion.
+last_ack_lost() {
+	[[ $1 == xloss.* ]] && [ "$2" = 0 ] && [ "$(grep -v '^ *$' "$3" 2>/dev/null | tail -1 | grep -c 'no completion for')" = 1 ]
+}
+last_ack_note="all data through; the ACK of xroce's last message was lost after rxe's tool had exited (the tools' race at the end of a lossy run)"
+
 # vs_host NAME TIMEOUT GUEST_SERVER... -- HOST_CLIENT...: a tool's server in
 # the guest, the host's xroce as its client (HOST_CLIENT are xroce's arguments).
 vs_host_client() { rowrun _vs_host_client "$@"; }
@@ -502,6 +516,8 @@ _vs_host_client() {
 	src=$?
 	if [ "$src" = 0 ] && [ "$hrc" = 0 ]; then
 		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-server.txt"); xroce: $(detail "/out/logs/$name.host-client.txt")"
+	elif last_ack_lost "$name" "$src" "/out/logs/$name.host-client.txt"; then
+		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-server.txt"); $last_ack_note"
 	else
 		result "$name" FAIL "$t0" "rxe server exit $src, xroce client exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-client.txt" 2>/dev/null | tail -1 | cut -c1-100)"
 	fi
@@ -525,6 +541,8 @@ _vs_host_server() {
 	fi
 	if [ "$crc" = 0 ] && [ "$hrc" = 0 ]; then
 		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-client.txt"); xroce: $(detail "/out/logs/$name.host-server.txt")"
+	elif last_ack_lost "$name" "$crc" "/out/logs/$name.host-server.txt"; then
+		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-client.txt"); $last_ack_note"
 	else
 		result "$name" FAIL "$t0" "rxe client exit $crc, xroce server exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-server.txt" 2>/dev/null | tail -1 | cut -c1-100)"
 	fi
