@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -300,5 +301,70 @@ func TestAtomicWriteAndFlush(t *testing.T) {
 		RETH: bth.RETHFields{VA: remBase + 4, RKey: remoteKey, DMALen: 8}}, make([]byte, 8))
 	if resp = v.input(bad); len(resp) != 1 || resp[0].AETH.Syndrome() != bth.NakInvalidRequest {
 		t.Fatalf("misaligned ATOMIC_WRITE: %v", resp)
+	}
+}
+
+// TestGSI: QP 1 exists only as UD, takes only the well-known Q_Key, accepts
+// the P_Keys 0xFFFF and 0x7FFF (rxe's rule for QP1), and its completions
+// name the sender's MAC and QP.
+func TestGSI(t *testing.T) {
+	e, _ := NewEngine(EngineConfig{Out: &nullOut{}})
+	mem := newTestMem()
+	mem.add(localKey, localBase, 1<<16, AccessLocalWrite)
+	if _, err := e.CreateQP(Config{Type: RC, QPN: GSIQPN, SendCQ: &testCQ{}, RecvCQ: &testCQ{}, Mem: mem}); err == nil {
+		t.Fatal("RC QP numbered 1 created")
+	}
+	rcq := &testCQ{}
+	q, err := e.CreateQP(Config{Type: UD, QPN: GSIQPN, SendCQ: &testCQ{}, RecvCQ: rcq, Mem: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := Attr{State: StateInit, PKey: 0xffff, Port: 1, QKey: 0x11111111}
+	if err := q.Modify(&init, AttrState|AttrPKey|AttrPort|AttrQKey); !errors.Is(err, ErrInvalidAttr) {
+		t.Fatalf("GSI with Q_Key %#x: %v", init.QKey, err)
+	}
+	init.QKey = GSIQKey
+	for _, s := range []struct {
+		a Attr
+		m AttrMask
+	}{{init, AttrPKey | AttrPort | AttrQKey}, {Attr{State: StateRTR}, 0}, {Attr{State: StateRTS, SQPSN: 1}, AttrSQPSN}} {
+		if err := q.Modify(&s.a, AttrState|s.m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if err := q.PostRecv(&RecvWR{ID: uint64(i), SGL: sge(localBase+uint64(i)*512, 296)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mad := make([]byte, 256)
+	mad[0] = 1
+	for _, c := range []struct {
+		name string
+		pkey uint16
+		qkey uint32
+		ok   bool
+	}{
+		{"wrong Q_Key", 0xffff, 0x11111111, false},
+		{"limited P_Key 0x7FFF", 0x7fff, GSIQKey, true},
+		{"P_Key 0x8001", 0x8001, GSIQKey, false},
+		{"well-known", 0xffff, GSIQKey, true},
+	} {
+		n := len(rcq.wcs)
+		f := forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.UDSendOnly, DestQP: GSIQPN, PKey: c.pkey, PSN: 3}, DETH: bth.DETHFields{QKey: c.qkey, SrcQP: GSIQPN}}, mad)
+		e.Input([][]byte{f}, 0)
+		if got := len(rcq.wcs) > n; got != c.ok {
+			t.Fatalf("%s: delivered %v, want %v", c.name, got, c.ok)
+		}
+		if !c.ok {
+			continue
+		}
+		wc := rcq.wcs[len(rcq.wcs)-1]
+		if wc.Status != WCSuccess || wc.ByteLen != 296 || wc.SrcQP != GSIQPN || !bytes.Equal(wc.SrcMAC[:], f[6:12]) {
+			t.Fatalf("%s: completion %+v", c.name, wc)
+		}
+	}
+	if got := q.Stats().RxBadKey.Load(); got != 2 {
+		t.Fatalf("RxBadKey = %d, want 2", got)
 	}
 }

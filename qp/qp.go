@@ -115,8 +115,11 @@ func (e *Engine) Stats() *Stats { return &e.stats }
 
 // Config describes a queue pair to create.
 type Config struct {
-	Type      Type
-	QPN       uint32 // 24-bit QP number, unique in the engine, not 0 or 1
+	Type Type
+	// QPN is the 24-bit QP number, unique in the engine and not 0. QP 1 is
+	// the General Services Interface (GSI, IBTA Vol. 1 §13.5.1): a UD QP
+	// whose Q_Key is GSIQKey, which carries management datagrams (CM MADs).
+	QPN       uint32
 	SendCQ    CQ
 	RecvCQ    CQ
 	Mem       Memory // the protection domain's memory regions
@@ -200,8 +203,10 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	switch {
 	case cfg.Type != RC && cfg.Type != UC && cfg.Type != UD:
 		return nil, fmt.Errorf("create qp: type %v: %w", cfg.Type, ErrInvalidAttr)
-	case cfg.QPN < 2 || cfg.QPN > bth.PSNMask:
+	case cfg.QPN < 1 || cfg.QPN > bth.PSNMask:
 		return nil, fmt.Errorf("create qp %#x: number out of range: %w", cfg.QPN, ErrInvalidAttr)
+	case cfg.QPN == GSIQPN && cfg.Type != UD:
+		return nil, fmt.Errorf("create qp 1: the GSI QP is UD, not %v: %w", cfg.Type, ErrInvalidAttr)
 	case e.qps[cfg.QPN] != nil:
 		return nil, fmt.Errorf("create qp %#x: number in use: %w", cfg.QPN, ErrInvalidAttr)
 	case cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Mem == nil:

@@ -740,6 +740,7 @@ func (q *QP) udRequest(f *bth.Frame, op bth.Opcode) bool {
 		return false
 	}
 	wc := WC{Opcode: WCRecv, Flags: WCWithGRH, ByteLen: n + grhSize, SrcQP: f.DETH.SrcQP(), Solicited: f.BTH.SE()}
+	copy(wc.SrcMAC[:], f.SrcMAC())
 	if op.HasImm() {
 		wc.Flags |= WCWithImm
 		wc.Imm = f.ImmDt.Imm()

@@ -252,6 +252,9 @@ func (q *QP) checkAttr(a *Attr, given AttrMask) AttrMask {
 	if given&AttrPort != 0 && a.Port != 1 {
 		bad |= AttrPort
 	}
+	if given&AttrQKey != 0 && q.qpn == GSIQPN && a.QKey != GSIQKey {
+		bad |= AttrQKey // the GSI answers to the well-known Q_Key only
+	}
 	if given&AttrPathMTU != 0 && a.PathMTU.Bytes() == 0 {
 		bad |= AttrPathMTU
 	}

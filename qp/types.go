@@ -268,6 +268,9 @@ type WC struct {
 	InvKey  uint32
 	QPN     uint32 // the local QP
 	SrcQP   uint32 // UD: the sender's QP number
+	// SrcMAC is, on UD, the Ethernet source address of the frame (the
+	// kernel's ib_wc.smac): where to answer without resolving the sender.
+	SrcMAC [6]byte
 	// Solicited is set on a receive completion whose message carried the
 	// Solicited Event bit, for ibv_req_notify_cq(solicited_only); it is
 	// not part of ibv_wc.
@@ -304,3 +307,10 @@ type Output interface {
 	Alloc() []byte
 	Send(frame []byte)
 }
+
+// The General Services Interface: QP 1 and its well-known Q_Key (IBTA
+// Vol. 1 §13.5); management datagrams (MADs) travel between GSIs.
+const (
+	GSIQPN  = 1
+	GSIQKey = 0x80010000
+)

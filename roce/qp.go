@@ -19,6 +19,10 @@ type QPConfig struct {
 	MaxSGE    int  // scatter/gather entries per request; 0 means 4
 	MaxInline int  // inline bytes per send request; 0 means none
 	SignalAll bool // every send request completes (sq_sig_all)
+	// GSI makes the QP the device's General Services Interface, QP 1 (a
+	// UD QP with the well-known Q_Key qp.GSIQKey, IBTA Vol. 1 §13.5) that
+	// carries management datagrams such as package cm's; one per device.
+	GSI bool
 }
 
 // QP is a queue pair (ibv_qp). Its methods are safe for concurrent use;
@@ -202,6 +206,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SendCQ.d != d || cfg.RecvCQ.d != d || cfg.SRQ != nil && cfg.SRQ.pd.d != d {
 		return nil, fmt.Errorf("create qp: CQ or SRQ of another device: %w", ErrInvalid)
 	}
+	if cfg.GSI && (cfg.Type != UD || cfg.SRQ != nil) {
+		return nil, fmt.Errorf("create qp: the GSI is a UD QP without SRQ: %w", ErrInvalid)
+	}
 	def := func(v, x int) int {
 		if v <= 0 {
 			return x
@@ -221,9 +228,12 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	nw := uint32(len(d.workers))
 	var w *worker
-	if cfg.SRQ != nil {
+	switch {
+	case cfg.SRQ != nil:
 		w = cfg.SRQ.w
-	} else {
+	case cfg.GSI:
+		w = d.workers[qp.GSIQPN%nw]
+	default:
 		w = d.workers[d.rr%len(d.workers)]
 		d.rr++
 	}
@@ -238,23 +248,15 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SRQ != nil && cfg.SRQ.dead {
 		return nil, fmt.Errorf("create qp: SRQ: %w", ErrDestroyed)
 	}
-	d.mu.Lock()
-	qpn := d.nextQPN
-	for tries := 0; ; tries++ {
-		if qpn < 0x11 || qpn > 0xffffff {
-			qpn = 0x11
+	qpn := uint32(qp.GSIQPN)
+	if !cfg.GSI {
+		var err error
+		if qpn, err = d.allocQPN(w); err != nil {
+			return nil, err
 		}
-		if qpn%nw == uint32(w.id) && w.qps[qpn] == nil {
-			break
-		}
-		qpn++
-		if tries > 1<<24 {
-			d.mu.Unlock()
-			return nil, fmt.Errorf("create qp: no free QP number: %w", ErrBusy)
-		}
+	} else if w.qps[qpn] != nil {
+		return nil, fmt.Errorf("create qp: the device has a GSI QP: %w", ErrBusy)
 	}
-	d.nextQPN = qpn + 1
-	d.mu.Unlock()
 	qcfg := qp.Config{
 		Type: cfg.Type, QPN: qpn, SendCQ: (*sendSink)(q), RecvCQ: (*recvSink)(q), Mem: memory{pd},
 		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
@@ -282,6 +284,28 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		cfg.SRQ.nqp++
 	}
 	return q, nil
+}
+
+// allocQPN picks a free QP number in w's residue class (w.mu held).
+func (d *Device) allocQPN(w *worker) (uint32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nw := uint32(len(d.workers))
+	qpn := d.nextQPN
+	for tries := 0; ; tries++ {
+		if qpn < 0x11 || qpn > 0xffffff {
+			qpn = 0x11
+		}
+		if qpn%nw == uint32(w.id) && w.qps[qpn] == nil {
+			break
+		}
+		qpn++
+		if tries > 1<<24 {
+			return 0, fmt.Errorf("create qp: no free QP number: %w", ErrBusy)
+		}
+	}
+	d.nextQPN = qpn + 1
+	return qpn, nil
 }
 
 // QPN returns the QP number.
