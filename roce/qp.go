@@ -311,6 +311,9 @@ func (d *Device) allocQPN(w *worker) (uint32, error) {
 // QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
+// HasSRQ reports whether the QP takes its receive requests from an SRQ.
+func (q *QP) HasSRQ() bool { return q.cfg.SRQ != nil }
+
 // Type returns the QP's type.
 func (q *QP) Type() QPType { return q.cfg.Type }
 
