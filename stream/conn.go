@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -61,6 +62,7 @@ type Conn struct {
 	peerAddr     uint64
 	peerKey      uint32
 	laddr, raddr Addr
+	cmc          *cm.Conn // the RDMA CM connection, when connected over it
 	stop         context.CancelFunc
 	pumpDone     chan struct{}
 	closeOnce    sync.Once
@@ -860,6 +862,9 @@ func (c *Conn) release() {
 		if c.stop != nil {
 			c.stop()
 			<-c.pumpDone
+		}
+		if c.cmc != nil {
+			c.cmc.Close() // the peer's CM is told (DREQ)
 		}
 		if c.qp != nil {
 			c.qp.Destroy()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -113,7 +114,8 @@ func (cfg Config) Dial(ctx context.Context, d *roce.Device, addr string) (*Conn,
 type Listener struct {
 	d     *roce.Device
 	cfg   Config
-	ln    net.Listener
+	ln    net.Listener // the TCP side channel's, or
+	cml   *cm.Listener // RDMA CM's (ListenCM)
 	conns chan *Conn
 	done  chan struct{} // closed by Close
 	once  sync.Once
@@ -181,11 +183,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 	case c := <-l.conns:
 		return c, nil
 	case <-l.done:
-		return nil, &net.OpError{Op: "accept", Net: "xroce", Addr: l.ln.Addr(), Err: net.ErrClosed}
+		return nil, &net.OpError{Op: "accept", Net: "xroce", Addr: l.Addr(), Err: net.ErrClosed}
 	case <-l.failed:
 		select {
 		case <-l.done:
-			return nil, &net.OpError{Op: "accept", Net: "xroce", Addr: l.ln.Addr(), Err: net.ErrClosed}
+			return nil, &net.OpError{Op: "accept", Net: "xroce", Addr: l.Addr(), Err: net.ErrClosed}
 		default:
 		}
 		l.mu.Lock()
@@ -200,13 +202,23 @@ func (l *Listener) Close() error {
 	err := net.ErrClosed
 	l.once.Do(func() {
 		close(l.done)
+		if l.cml != nil {
+			err = l.cml.Close()
+			return
+		}
 		err = l.ln.Close()
 	})
 	return err
 }
 
-// Addr is the side channel's TCP address.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+// Addr is the side channel's TCP address, or the RDMA CM listener's.
+func (l *Listener) Addr() net.Addr {
+	if l.cml != nil {
+		a := l.cml.Addr()
+		return Addr{IP: a.Addr(), Port: int(a.Port())}
+	}
+	return l.ln.Addr()
+}
 
 // setup runs the side channel's exchange on tc and returns a connected
 // Conn; see the package doc.
@@ -228,36 +240,15 @@ func setup(ctx context.Context, d *roce.Device, tc net.Conn, client bool, cfg Co
 		return nil, fmt.Errorf("%w: %q", ErrBadHello, peer[:])
 	}
 
-	c := &Conn{cfg: cfg, ring: make([]byte, cfg.RingSize), stage: make([]byte, peerRing),
-		rctl: make([]byte, recvDepth*slotSize), sctl: make([]byte, sendDepth*slotSize), released: make(chan struct{})}
+	c, err := newConn(d, cfg, peerRing)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			c.release()
 		}
 	}()
-	if c.pd, err = d.AllocPD(); err != nil {
-		return nil, err
-	}
-	if c.cq, err = d.CreateCQ(recvDepth + sendDepth); err != nil {
-		return nil, err
-	}
-	if c.ringMR, err = c.pd.RegMR(c.ring, roce.AccessLocalWrite|roce.AccessRemoteWrite); err != nil {
-		return nil, err
-	}
-	if c.stageMR, err = c.pd.RegMR(c.stage, roce.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.rctlMR, err = c.pd.RegMR(c.rctl, roce.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.sctlMR, err = c.pd.RegMR(c.sctl, roce.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	c.qp, err = c.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: c.cq, RecvCQ: c.cq,
-		MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1, MaxInline: 0, SignalAll: true})
-	if err != nil {
-		return nil, err
-	}
 	opts := cfg.Connect
 	opts.Access = roce.AccessLocalWrite | roce.AccessRemoteWrite
 	local, err := c.qp.LocalEndpoint(rand.Uint32(), opts)
@@ -290,6 +281,52 @@ func setup(ctx context.Context, d *roce.Device, tc net.Conn, client bool, cfg Co
 	c.raddr = Addr{IP: remote.GID.Unmap(), Port: port(tc.RemoteAddr()), QPN: remote.QPN}
 	c.start()
 	return c, nil
+}
+
+// newConn makes a connection's verbs resources: PD, CQ, ring and staging
+// buffers, control slots and the RC QP, in RESET. The staging buffer is as
+// large as the peer's ring: peerRing 0 leaves it to setPeerRing.
+func newConn(d *roce.Device, cfg Config, peerRing int) (_ *Conn, err error) {
+	c := &Conn{cfg: cfg, ring: make([]byte, cfg.RingSize),
+		rctl: make([]byte, recvDepth*slotSize), sctl: make([]byte, sendDepth*slotSize), released: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.release()
+		}
+	}()
+	if c.pd, err = d.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = d.CreateCQ(recvDepth + sendDepth); err != nil {
+		return nil, err
+	}
+	if c.ringMR, err = c.pd.RegMR(c.ring, roce.AccessLocalWrite|roce.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if peerRing > 0 {
+		if err = c.setPeerRing(peerRing); err != nil {
+			return nil, err
+		}
+	}
+	if c.rctlMR, err = c.pd.RegMR(c.rctl, roce.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if c.sctlMR, err = c.pd.RegMR(c.sctl, roce.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	c.qp, err = c.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: c.cq, RecvCQ: c.cq,
+		MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1, MaxInline: 0, SignalAll: true})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// setPeerRing makes the staging buffer for a peer ring of n bytes.
+func (c *Conn) setPeerRing(n int) (err error) {
+	c.stage = make([]byte, n)
+	c.stageMR, err = c.pd.RegMR(c.stage, roce.AccessLocalWrite)
+	return err
 }
 
 // exchange sends out and reads in, the client first.

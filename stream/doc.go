@@ -18,6 +18,14 @@
 // reading the peer's 'R' it knows the peer can take messages, and the TCP
 // connection is closed.
 //
+// ListenCM and DialCM do without the side channel: they connect through
+// RDMA CM (package cm), the way rdma_cm programs connect. The client's
+// hello, extended with its ring's address and R_Key (20 bytes: "XRS1",
+// ring size, address, key, big-endian), is the private data of the REQ;
+// the server's is the private data of the REP. Each side moves its QP to
+// INIT and posts its receive requests before it connects or accepts, so
+// no ready byte is needed; Close ends the CM connection (DREQ) too.
+//
 // # Messages
 //
 // Every message is an RDMA WRITE WITH IMMEDIATE (IBTA Vol. 1 §9.4.3), so

@@ -1,0 +1,88 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/link"
+)
+
+// cmPair connects two Conns over RDMA CM (no side channel).
+func cmPair(t *testing.T, f link.Faults, seed uint64, cfg Config) (*Conn, *Conn, *Listener) {
+	t.Helper()
+	da, db := pipeDevices(t, f, seed)
+	aa, err := cm.Open(da, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { aa.Close() })
+	ab, err := cm.Open(db, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ab.Close() })
+	l, err := cfg.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- res{c, err}
+	}()
+	a, err := cfg.DialCM(ctx, aa, netip.AddrPortFrom(ipB, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { a.Close(); r.c.Close() })
+	return a, r.c.(*Conn), l
+}
+
+// TestCMStream: streams set up over RDMA CM carry data both ways, and
+// Close on one end reaches the other.
+func TestCMStream(t *testing.T) {
+	for _, ring := range []int{4 << 10, 1 << 20} {
+		t.Run(fmt.Sprint(ring), func(t *testing.T) {
+			a, b, l := cmPair(t, link.Faults{}, 0, Config{RingSize: ring})
+			if got := l.Addr().(Addr); got.Port != 7471 {
+				t.Fatalf("listener address %v", got)
+			}
+			if a.RemoteAddr().(Addr).IP != ipB || b.RemoteAddr().(Addr).IP != ipA || a.RemoteAddr().(Addr).QPN != b.qp.QPN() {
+				t.Fatalf("addresses %v → %v, %v → %v", a.LocalAddr(), a.RemoteAddr(), b.LocalAddr(), b.RemoteAddr())
+			}
+			transfer(t, a, b, 4<<20, 100<<10, 70<<10, 1)
+			transfer(t, b, a, 1<<20, 3000, 50, 3)
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 10)
+			if n, err := b.Read(buf); n != 0 || !errors.Is(err, io.EOF) {
+				t.Fatalf("read after the peer's close: %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// TestCMStreamLossy: under loss the CM retries and the stream recovers.
+func TestCMStreamLossy(t *testing.T) {
+	a, b, _ := cmPair(t, link.Faults{Loss: 0.05}, 3, Config{RingSize: 64 << 10, Linger: time.Second})
+	transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
+}
