@@ -399,8 +399,10 @@ func (h *agentHandler) Event(ev *Event) {
 	case EventRejected:
 		c.failLocked(&RejectError{Reason: ev.Reason, ARI: append([]byte(nil), ev.ARI...),
 			PrivateData: append([]byte(nil), ev.PrivateData...)})
+		a.todo = append(a.todo, func() { a.forgetLocked(c) })
 	case EventUnreachable:
 		c.failLocked(ErrUnreachable)
+		a.todo = append(a.todo, func() { a.forgetLocked(c) })
 	case EventDisconnectRequest:
 		// Answer at once, as an application that calls rdma_disconnect on
 		// RDMA_CM_EVENT_DISCONNECTED does: the QP stops, then the DREP.
@@ -416,6 +418,14 @@ func (h *agentHandler) Event(ev *Event) {
 		c.failLocked(nil)
 	case EventTimewaitExit:
 		delete(a.conns, ev.ID)
+	}
+}
+
+// forgetLocked drops c once the engine has forgotten its connection
+// (connections that end in time-wait are dropped at EventTimewaitExit).
+func (a *Agent) forgetLocked(c *Conn) {
+	if a.eng.State(c.id) == StateIdle && a.conns[c.id] == c {
+		delete(a.conns, c.id)
 	}
 }
 
@@ -940,7 +950,12 @@ func (a *Agent) Dial(ctx context.Context, dst netip.AddrPort, q *roce.QP, o *Dia
 	rtr, rtrMask := rtrAttrs(av, mtu, rep.LocalQPN, rep.StartingPSN, rep.InitiatorDepth, p.MinRNRTimer)
 	rts, rtsMask := rtsAttrs(psn, ackTimeout(rep.TargetACKDelay, PacketLifeTime), p.RetryCount, rep.RNRRetryCount, rep.ResponderResources)
 	if err := readyQP(q, rtr, rtrMask, rts, rtsMask); err != nil {
-		a.do(func(now time.Duration) error { return a.eng.Reject(now, c.id, mad.RejConsumerDefined, nil, nil) })
+		a.do(func(now time.Duration) error {
+			err := a.eng.Reject(now, c.id, mad.RejConsumerDefined, nil, nil)
+			c.failLocked(ErrClosed)
+			a.forgetLocked(c)
+			return err
+		})
 		return nil, fmt.Errorf("cm: dial %v: %w", dst, err)
 	}
 	err = a.do(func(now time.Duration) error {
@@ -1058,6 +1073,7 @@ func (c *Conn) Close() error {
 	return c.a.do(func(now time.Duration) error {
 		c.a.eng.Destroy(now, c.id)
 		c.failLocked(ErrClosed)
+		c.a.forgetLocked(c)
 		return nil
 	})
 }

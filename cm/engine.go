@@ -3,6 +3,7 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"net/netip"
 	"sync/atomic"
@@ -221,7 +222,7 @@ type listener struct {
 type Engine struct {
 	cfg       Config
 	rng       *rand.Rand
-	tidHi     uint64
+	tidHi     uint64              // the agent's number, bits 63..32 of the TIDs it originates
 	conns     map[uint32]*conn    // by local comm ID
 	byRemote  map[remoteKey]*conn // by the peer's comm ID and CA GUID
 	byQPN     map[remoteKey]*conn // by the peer's QPN and CA GUID
@@ -254,10 +255,10 @@ func NewEngine(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x636d)),
 		conns: map[uint32]*conn{}, byRemote: map[remoteKey]*conn{}, byQPN: map[remoteKey]*conn{},
-		sidrs: map[sidrKey]*conn{},
+		sidrs:     map[sidrKey]*conn{},
 		listeners: map[uint64]*listener{},
 	}
-	e.tidHi = uint64(e.rng.Uint32()) << 32
+	e.tidHi = uint64(1+e.rng.IntN(255)) << 32
 	return e, nil
 }
 
@@ -274,6 +275,13 @@ func (e *Engine) State(id uint32) State {
 	}
 	return StateIdle
 }
+
+// tid is the transaction ID of the messages c originates (REQ, DREQ,
+// SIDR_REQ) as the kernel forms it (cm_form_tid): the agent's number
+// above the comm ID, which the kernel ORs in as the big-endian value it
+// keeps, so that on little-endian hosts its bytes appear reversed (rxe's
+// comm ID 0x67c889bd goes with TID 0x8_bd89c867).
+func (e *Engine) tid(c *conn) uint64 { return e.tidHi | uint64(bits.ReverseBytes32(c.id)) }
 
 // Listen makes REQs for serviceID EventRequests; without a listener a REQ
 // is refused with REJ "invalid service ID" (8).
@@ -388,6 +396,20 @@ func (e *Engine) sendREJ(to *Peer, tid uint64, local, remote uint32, msg uint8, 
 	e.send(to, m)
 }
 
+// sendREJFrom sends a REJ from c's state, with the Message REJected and
+// Local Comm ID the kernel's cm_format_rej gives it: a REQ is rejected
+// without our comm ID, a REP with it, anything else as "other".
+func (e *Engine) sendREJFrom(c *conn, reason mad.RejReason, ari, data []byte) {
+	msg, local := mad.MsgOther, c.id
+	switch c.state {
+	case StateReqRcvd:
+		msg, local = mad.MsgREQ, 0
+	case StateRepRcvd:
+		msg = mad.MsgREP
+	}
+	e.sendREJ(&c.peer, c.tid, local, c.remoteID, msg, reason, ari, data)
+}
+
 func (e *Engine) sendMRA(c *conn, msg uint8) {
 	m := e.reply(c.tid, mad.AttrMRA)
 	mad.MRA(m.Body()).Encode(&mad.MRAFields{LocalCommID: c.id, RemoteCommID: c.remoteID, MsgMRAed: msg,
@@ -462,21 +484,13 @@ func (e *Engine) expire(now time.Duration, c *conn) {
 			e.emit(c, EventDisconnected, nil)
 			return
 		}
-		msg := mad.MsgREQ
-		if !c.active {
-			msg = mad.MsgREP
-		}
-		e.sendREJ(&c.peer, c.tid, c.id, c.remoteID, msg, mad.RejTimeout, e.guidARI(), nil)
+		e.sendREJFrom(c, mad.RejTimeout, e.guidARI(), nil)
 		e.emit(c, EventUnreachable, nil)
 		e.free(c)
 	case StateReqRcvd, StateRepRcvd:
 		// The consumer did not answer within what the MRAs promised.
 		e.stats.Timeouts.Add(1)
-		msg := mad.MsgREQ
-		if c.state == StateRepRcvd {
-			msg = mad.MsgREP
-		}
-		e.sendREJ(&c.peer, c.tid, c.id, c.remoteID, msg, mad.RejTimeout, e.guidARI(), nil)
+		e.sendREJFrom(c, mad.RejTimeout, e.guidARI(), nil)
 		e.emit(c, EventUnreachable, nil)
 		e.free(c)
 	case StateTimewait:
@@ -514,7 +528,7 @@ func (e *Engine) Connect(now time.Duration, peer *Peer, r *ConnectRequest) (uint
 		return 0, fmt.Errorf("connect: %w", err)
 	}
 	c.active, c.peer, c.state = true, *peer, StateReqSent
-	c.tid = e.tidHi | uint64(c.id)
+	c.tid = e.tid(c)
 	c.localQPN = r.REQ.LocalQPN
 	c.maxRetry = r.REQ.MaxCMRetries
 	c.timeout = 2*ms(r.PacketLifeTime) + ms(r.REQ.RemoteCMResponseTimeout)
@@ -566,11 +580,7 @@ func (e *Engine) Reject(now time.Duration, id uint32, reason mad.RejReason, ari,
 	if err != nil {
 		return fmt.Errorf("reject: %w", err)
 	}
-	msg := mad.MsgREQ
-	if c.state == StateRepRcvd {
-		msg = mad.MsgREP
-	}
-	e.sendREJ(&c.peer, c.tid, c.id, c.remoteID, msg, reason, ari, data)
+	e.sendREJFrom(c, reason, ari, data)
 	e.free(c)
 	return nil
 }
@@ -608,7 +618,7 @@ func (e *Engine) disconnect(now time.Duration, c *conn, data []byte) {
 		return
 	}
 	// A DREQ carries the sender's own TID (cm_form_tid).
-	tid := e.tidHi | uint64(c.id)
+	tid := e.tid(c)
 	mad.DREQ(e.begin(c, tid, mad.AttrDREQ)).Encode(&mad.DREQFields{LocalCommID: c.id, RemoteCommID: c.remoteID,
 		RemoteQPN: c.remoteQPN, PrivateData: data})
 	c.state = StateDreqSent
@@ -627,7 +637,7 @@ func (e *Engine) Destroy(now time.Duration, id uint32) {
 	}
 	switch c.state {
 	case StateReqSent, StateMRAReqRcvd:
-		e.sendREJ(&c.peer, c.tid, c.id, 0, mad.MsgREQ, mad.RejTimeout, e.guidARI(), nil)
+		e.sendREJFrom(c, mad.RejTimeout, e.guidARI(), nil)
 		e.free(c)
 		return
 	case StateSIDRReqSent:
@@ -638,11 +648,7 @@ func (e *Engine) Destroy(now time.Duration, id uint32) {
 		e.free(c)
 		return
 	case StateReqRcvd, StateRepRcvd, StateRepSent, StateMRARepRcvd:
-		msg := mad.MsgREQ
-		if c.state == StateRepRcvd || c.state == StateRepSent || c.state == StateMRARepRcvd {
-			msg = mad.MsgREP
-		}
-		e.sendREJ(&c.peer, c.tid, c.id, c.remoteID, msg, mad.RejConsumerDefined, nil, nil)
+		e.sendREJFrom(c, mad.RejConsumerDefined, nil, nil)
 		e.free(c)
 		return
 	case StateEstablished, StateDreqRcvd:
@@ -673,7 +679,7 @@ func (e *Engine) Input(now time.Duration, b []byte, from *Peer) {
 	case mad.AttrRTU:
 		e.onRTU(m)
 	case mad.AttrREJ:
-		e.onREJ(m)
+		e.onREJ(now, m)
 	case mad.AttrMRA:
 		e.onMRA(now, m)
 	case mad.AttrDREQ:
@@ -808,7 +814,7 @@ func (e *Engine) onRTU(m mad.MAD) {
 	e.emit(c, EventEstablished, func(ev *Event) { ev.PrivateData = r.PrivateData() })
 }
 
-func (e *Engine) onREJ(m mad.MAD) {
+func (e *Engine) onREJ(now time.Duration, m mad.MAD) {
 	r := mad.REJ(m.Body())
 	var c *conn
 	if r.MsgRejected() == mad.MsgREQ {
@@ -820,7 +826,7 @@ func (e *Engine) onREJ(m mad.MAD) {
 	} else if c = e.conns[r.RemoteCommID()]; c != nil && c.remoteID != r.LocalCommID() {
 		c = nil
 	}
-	if c == nil || c.state == StateTimewait || c.state == StateIdle {
+	if c == nil || c.state == StateTimewait || c.state == StateIdle || c.state == StateDreqRcvd {
 		e.stats.RxUnmatched.Add(1)
 		return
 	}
@@ -828,7 +834,15 @@ func (e *Engine) onREJ(m mad.MAD) {
 	e.emit(c, EventRejected, func(ev *Event) {
 		ev.Reason, ev.ARI, ev.PrivateData = reason, r.Fields().ARI, r.PrivateData()
 	})
-	e.free(c)
+	// As cm_rej_handler: a connection that got as far as the peer's REP
+	// (or was stale) waits out time-wait, the others are forgotten.
+	switch {
+	case c.state == StateEstablished, c.state == StateDreqSent, c.state == StateRepRcvd, reason == mad.RejStaleConn:
+		e.disarm(c)
+		e.timewait(now, c)
+	default:
+		e.free(c)
+	}
 }
 
 func (e *Engine) onMRA(now time.Duration, m mad.MAD) {
@@ -913,7 +927,7 @@ func (e *Engine) SIDRQuery(now time.Duration, peer *Peer, r *mad.SIDRREQFields, 
 		return 0, fmt.Errorf("sidr: %w", err)
 	}
 	c.active, c.peer, c.state = true, *peer, StateSIDRReqSent
-	c.tid = e.tidHi | uint64(c.id)
+	c.tid = e.tid(c)
 	c.maxRetry, c.timeout = retries, timeout
 	f := *r
 	f.RequestID = c.id

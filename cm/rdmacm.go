@@ -104,7 +104,7 @@ var (
 // cm_init_qp_rtr_attr): towards the peer's QP and first PSN, the REQ's
 // MTU, max_dest_rd_atomic the side's responder resources.
 func rtrAttrs(av roce.AddressVector, mtu roce.MTU, destQPN, rqPSN uint32, respRes, minRNR uint8) (roce.Attr, roce.AttrMask) {
-	a := roce.Attr{State: roce.StateRTR, AV: av, PathMTU: mtu, DestQPN: destQPN, RQPSN: bth.PSN(rqPSN&bth.PSNMask),
+	a := roce.Attr{State: roce.StateRTR, AV: av, PathMTU: mtu, DestQPN: destQPN, RQPSN: bth.PSN(rqPSN & bth.PSNMask),
 		MaxDestRdAtomic: respRes, MinRNRTimer: minRNR}
 	return a, roce.AttrState | roce.AttrAV | roce.AttrPathMTU | roce.AttrDestQPN | roce.AttrRQPSN
 }
@@ -113,7 +113,7 @@ func rtrAttrs(av roce.AddressVector, mtu roce.MTU, destQPN, rqPSN uint32, respRe
 // first PSN, the ACK time-out, the REQ's retry count, the RNR retry count
 // the side was given, max_rd_atomic its initiator depth.
 func rtsAttrs(sqPSN uint32, timeout, retry, rnr, initDepth uint8) (roce.Attr, roce.AttrMask) {
-	a := roce.Attr{State: roce.StateRTS, SQPSN: bth.PSN(sqPSN&bth.PSNMask), Timeout: timeout, RetryCnt: retry, RNRRetry: rnr,
+	a := roce.Attr{State: roce.StateRTS, SQPSN: bth.PSN(sqPSN & bth.PSNMask), Timeout: timeout, RetryCnt: retry, RNRRetry: rnr,
 		MaxRdAtomic: initDepth}
 	return a, roce.AttrState | roce.AttrSQPSN
 }
