@@ -21,11 +21,21 @@ Decode every RoCE v2 packet in a capture (pcap or pcapng; Ethernet, Linux
 cooked or raw IP links), one line each: time, addresses, opcode, destination
 QP, PSN, AckReq (A), the key fields of the extension headers, payload length
 and whether the ICRC is right. Packets that are not RoCE v2 (not UDP port
-4791) are counted and skipped. A summary follows: packets per opcode, ICRC
-failures, and for each queue pair the PSN gaps and retransmissions seen.
+4791) are counted and skipped. A summary follows: packets per opcode, CM
+messages, ICRC failures, and for each queue pair the PSN gaps and
+retransmissions seen.
 
-With -v every header field is printed, and the BTH and extension headers are
-drawn as the IBTA specification draws them, bit by bit.
+A UD SEND to QP 1 carries a management datagram: dump decodes its
+Communication Manager message (REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR_REQ,
+SIDR_REP) on a second line: transaction ID, communication IDs, service ID
+(PORTSPACE:port when it is an rdma_cm one), QPN, starting PSN, path MTU,
+responder resources/initiator depth, the rdma_cm header's addresses and port,
+the REJ reason, the MRA service timeout, and "pdata N/M": the private data up
+to its last nonzero byte (N) out of the M bytes the message carries.
+
+With -v every header field is printed, and the BTH, extension headers and MAD
+header are drawn as the IBTA specification draws them, bit by bit; a CM
+message is listed field by field, with its rdma_cm header and private data.
 
 With -i, dump captures live through an AF_PACKET socket (root or CAP_NET_RAW)
 with a filter that keeps only RoCE v2 frames, sent and received. Frames that an
@@ -143,6 +153,7 @@ type dumper struct {
 	byOpcode                                 map[bth.Opcode]int
 	flows                                    map[flowKey]*flow
 	mtu                                      int // learned from FIRST/MIDDLE payloads (they are exactly one MTU)
+	cms                                      cmStats
 }
 
 func newDumper(w io.Writer, o dumpOptions) *dumper {
@@ -191,10 +202,18 @@ func (d *dumper) packet(frame []byte, t time.Time) {
 		d.icrcBad++
 	}
 	d.account()
+	gsi := isGSI(&d.f)
+	if gsi {
+		d.cms.account(&d.f)
+	}
 	if d.o.quiet {
 		return
 	}
 	d.line(ts, ok)
+	if gsi {
+		d.buf = appendCM(d.buf[:0], &d.f)
+		d.w.Write(d.buf)
+	}
 	if d.o.verbose {
 		d.detail(ok)
 	}
@@ -436,6 +455,9 @@ func (d *dumper) detail(icrcOK bool) {
 	if x := f.IETH; x != nil {
 		drawHeader(w, "IETH: invalidate extended transport header, 4 bytes", []field{{"R_Key", 32, uint64(x.RKey()), true}})
 	}
+	if isGSI(f) {
+		d.cmDetail()
+	}
 	fmt.Fprintf(w, "  payload   %d bytes, pad %d\n", len(f.Payload), f.PadLen)
 	if icrcOK {
 		fmt.Fprintf(w, "  ICRC      0x%08x (ok)\n\n", f.ICRC)
@@ -459,6 +481,7 @@ func (d *dumper) summary() {
 			fmt.Fprintf(w, "  0x%02x %-30s %8d\n", uint8(op), op, d.byOpcode[op])
 		}
 	}
+	d.cms.summary(w)
 	if len(d.flows) == 0 {
 		return
 	}

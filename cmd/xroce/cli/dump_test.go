@@ -345,6 +345,12 @@ func FuzzDump(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good[:min(len(good), 600)])
+	// The CM exchange on QP 1 (REQ, REP), decoded as MADs.
+	rping, err := os.ReadFile(filepath.Join(captures, "09_rping_rdmacm.pcap"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(rping[:min(len(rping), 24+2*(16+322))])
 	f.Add([]byte{0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src, err := openCapture(bytes.NewReader(data))
