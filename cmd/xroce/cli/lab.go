@@ -18,7 +18,9 @@ namespaces (A 198.18.0.1 and B 198.18.0.2) joined by a veth pair, an xroce
 device in each over AF_XDP, and queue pairs of each transport (RC, UC, UD)
 connected between them. Then, in order:
 
-  tour     every operation once, each checked: SEND, SEND_WITH_IMM, RDMA
+  tour     the RC pair connects through RDMA CM (REQ, REP and RTU on each
+           device's QP 1, as rdma_cm programs connect); then every
+           operation once, each checked: SEND, SEND_WITH_IMM, RDMA
            WRITE, WRITE_WITH_IMM and READ at each of --sizes (data
            byte-exact), CMP_SWAP and FETCH_ADD (returned and remote values
            right), UC SEND and WRITE, a UD datagram. The first --trace

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xroce/xroce/bpf"
+	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/pcaptap"
 	"github.com/xroce/xroce/internal/statsock"
@@ -35,6 +36,8 @@ type labHost struct {
 	prog   *bpf.Program
 	xd     *xdp.Device
 	dev    *roce.Device
+	cm     *cm.Agent // its connection manager (QP 1)
+	cmConn *cm.Conn  // the tour's RC connection, made through the CM
 	pd     *roce.PD
 	attach string // XDP attach mode
 	mode   string // AF_XDP bind mode
@@ -210,7 +213,8 @@ func (r *labRun) setup() error {
 		return fmt.Errorf("lab: %w", err2)
 	}
 	r.rc = [2]*labQP{rcA, rcB}
-	for _, p := range [][2]*labQP{{rcA, rcB}, {ucA, ucB}, {udA, udB}, {lossA, lossB}} {
+	// The RC pair connects through RDMA CM in the tour; the others now.
+	for _, p := range [][2]*labQP{{ucA, ucB}, {udA, udB}, {lossA, lossB}} {
 		opts := roce.ConnectOptions{}
 		if p[0].name == "rc-loss" {
 			opts.Timeout = 10 // 4.2 ms: recover quickly from a lost tail
@@ -273,6 +277,9 @@ func (r *labRun) open(h *labHost) error {
 	if err != nil {
 		return err
 	}
+	if h.cm, err = cm.Open(h.dev, cm.AgentConfig{}); err != nil {
+		return err
+	}
 	h.pd, err = h.dev.AllocPD()
 	return err
 }
@@ -327,6 +334,12 @@ func (r *labRun) close() error {
 	for _, h := range []*labHost{r.a, r.b} {
 		if h == nil {
 			continue
+		}
+		if h.cmConn != nil {
+			h.cmConn.Close()
+		}
+		if h.cm != nil {
+			errs = append(errs, h.cm.Close())
 		}
 		if h.dev != nil {
 			errs = append(errs, h.dev.Close())
@@ -563,6 +576,9 @@ func (r *labRun) tour() error {
 		r.diag.header(r.a.h.IP.String(), r.b.h.IP.String())
 	}
 	a, b := r.rc[0], r.rc[1]
+	if err := r.cmConnect(a, b); err != nil {
+		return err
+	}
 	for i, n := range r.o.sizes {
 		if err := r.rcOps(a, b, n); err != nil {
 			return err
@@ -598,6 +614,53 @@ func (r *labRun) tour() error {
 	r.keepFrames(0)
 	r.takeKept()
 	return nil
+}
+
+// labCMPort is the rdma_cm port the tour's RC connection is made on.
+const labCMPort = 7471
+
+// cmConnect connects the tour's RC pair through RDMA CM, as rdma_cm
+// programs connect: B listens, A dials; the REQ, REP and RTU are the
+// tour's first packets.
+func (r *labRun) cmConnect(a, b *labQP) error {
+	var failed error
+	err := r.tourStep("RC connect (RDMA CM)", func() (string, error) {
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		defer cancel()
+		l, err := r.b.cm.Listen(netip.AddrPortFrom(r.b.h.IP, labCMPort), nil)
+		if err != nil {
+			failed = err
+			return "", err
+		}
+		defer l.Close()
+		// The tour's READs and atomics need responder resources; the RNR
+		// timer is 12 (0.64 ms) rather than the kernel's 0 (655 ms).
+		param := &cm.ConnParam{ResponderResources: 16, InitiatorDepth: 16, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: 12}
+		type accepted struct {
+			c   *cm.Conn
+			err error
+		}
+		ch := make(chan accepted, 1)
+		go func() {
+			req, err := l.Accept(ctx)
+			if err != nil {
+				ch <- accepted{err: err}
+				return
+			}
+			c, err := req.Accept(ctx, b.qp, param)
+			ch <- accepted{c, err}
+		}()
+		c, err := r.a.cm.Dial(ctx, netip.AddrPortFrom(r.b.h.IP, labCMPort), a.qp, &cm.DialOptions{Param: param})
+		acc := <-ch
+		if err = errors.Join(err, acc.err); err != nil {
+			failed = err
+			return "", err
+		}
+		r.a.cmConn, r.b.cmConn = c, acc.c
+		a.peer, b.peer = b, a
+		return fmt.Sprintf("QP %#x to %#x: REQ, REP, RTU on QP 1", a.qp.QPN(), b.qp.QPN()), nil
+	})
+	return errors.Join(err, failed)
 }
 
 func (r *labRun) qpsNamed(name string) [2]*labQP {

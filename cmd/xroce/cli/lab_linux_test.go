@@ -132,10 +132,10 @@ func TestLabRun(t *testing.T) {
 		"  ok   RC SEND 64 B", "  ok   RC SEND_WITH_IMM 3000 B", "  ok   RC WRITE_WITH_IMM 64 B", "  ok   RC READ 3000 B",
 		"  ok   RC FETCH_ADD +2", "A got the old value 40, B's word is now 42", "  ok   RC CMP_SWAP 42->9",
 		"  ok   UC WRITE 3000 B", "  ok   UD SEND 64 B",
-		"|- RC SEND_ONLY PSN ", "RC ACKNOWLEDGE PSN ", "(the trace ends here: --trace 20)",
+		"  ok   RC connect (RDMA CM)", "|- CM REQ TCP:7471 QPN ", "CM REP QPN ", "|- CM RTU ---", "|- RC SEND_ONLY PSN ", "RC ACKNOWLEDGE PSN ", "(the trace ends here: --trace 20)",
 		"  ok   RC FETCH_ADD 32 x +1", "PSN sequence NAKs sent", "go-back-N retransmissions",
 		"  ok   xroce RC WRITE bandwidth", "  ok   TCP latency",
-		"18 operations checked, all byte-exact", "loss 10% (RC)", "bandwidth, 64 KiB messages/writes", "Gbit/s",
+		"19 operations checked, all byte-exact", "loss 10% (RC)", "bandwidth, 64 KiB messages/writes", "Gbit/s",
 		"latency, half round trip, median",
 	} {
 		if !strings.Contains(out, want) {
@@ -266,7 +266,7 @@ func TestLabJumbo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lab: %v\n%s\n%s", err, out, errOut)
 	}
-	for _, want := range []string{"RoCE MTU 4096", "2 workers", "  ok   RC READ 10000 B", "18 operations checked, all byte-exact", "loss 5% (RC)"} {
+	for _, want := range []string{"RoCE MTU 4096", "2 workers", "  ok   RC READ 10000 B", "19 operations checked, all byte-exact", "loss 5% (RC)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/mad"
 )
 
 // traceFrame is a frame kept for the sequence diagram.
@@ -92,6 +93,9 @@ func (d *diagram) draw(f traceFrame, lost bool) {
 func describe(f *bth.Frame) string {
 	var b strings.Builder
 	op := f.Opcode()
+	if isGSI(f) {
+		return describeCM(f)
+	}
 	fmt.Fprintf(&b, "%s PSN %d", op, f.BTH.PSN())
 	if f.BTH.AckReq() {
 		b.WriteString(" A")
@@ -124,4 +128,25 @@ func describe(f *bth.Frame) string {
 		fmt.Fprintf(&b, " (%d B)", len(f.Payload))
 	}
 	return b.String()
+}
+
+// describeCM is the line of a management datagram to QP 1: the CM message
+// and what it sets up.
+func describeCM(f *bth.Frame) string {
+	m, perr, cerr := gsiMAD(f)
+	if perr != nil || cerr != nil {
+		return fmt.Sprintf("MAD to QP 1, not CM (%d B)", len(f.Payload))
+	}
+	switch body := m.Body(); m.AttrID() {
+	case mad.AttrREQ:
+		r := mad.REQ(body)
+		return fmt.Sprintf("CM REQ %s QPN %#x PSN %d", svcString(r.ServiceID()), r.LocalQPN(), r.StartingPSN())
+	case mad.AttrREP:
+		r := mad.REP(body)
+		return fmt.Sprintf("CM REP QPN %#x PSN %d", r.LocalQPN(), r.StartingPSN())
+	case mad.AttrREJ:
+		r := mad.REJ(body)
+		return fmt.Sprintf("CM REJ reason %d (%v)", uint16(r.Reason()), r.Reason())
+	}
+	return "CM " + m.AttrID().String()
 }
