@@ -30,23 +30,22 @@ const grhSize = 40
 // (the GSI), and one goroutine that receives MADs, runs the Engine and its
 // timers. Its methods are safe for concurrent use.
 type Agent struct {
-	d           *roce.Device
-	pd          *roce.PD
-	cq          *roce.CQ
-	gsi         *roce.QP
-	mr          *roce.MR
-	buf         []byte // Recv receive slots of 296 bytes, then Send send slots of 256
-	nrecv       int
-	epoch       time.Time
-	mac         [6]byte
-	kick        chan struct{}
-	stop        chan struct{}
-	stopped     chan struct{}
-	txNoBuf     atomic.Uint64
-	rxTooShort  atomic.Uint64
-	closeOnce   sync.Once
-	closeErr    error
-	recvPosting sync.Mutex // serialises reposting
+	d          *roce.Device
+	pd         *roce.PD
+	cq         *roce.CQ
+	gsi        *roce.QP
+	mr         *roce.MR
+	buf        []byte // Recv receive slots of 296 bytes, then Send send slots of 256
+	nrecv      int
+	epoch      time.Time
+	mac        [6]byte
+	kick       chan struct{}
+	stop       chan struct{}
+	stopped    chan struct{}
+	txNoBuf    atomic.Uint64
+	rxTooShort atomic.Uint64
+	closeOnce  sync.Once
+	closeErr   error
 
 	// mu guards the engine and everything below it.
 	mu        sync.Mutex
