@@ -2,6 +2,7 @@ package cm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -844,6 +845,9 @@ func (r *Request) Accept(ctx context.Context, q *roce.QP, p *ConnParam) (*Conn, 
 		case est:
 			return c, nil
 		case failed:
+			if errors.Is(cerr, ErrUnreachable) {
+				return nil, fmt.Errorf("cm: accept: %w: the REP went out %d times", cerr, 1+int(f.MaxCMRetries))
+			}
 			return nil, fmt.Errorf("cm: accept: %w", cerr)
 		}
 		select {
@@ -930,6 +934,9 @@ func (a *Agent) Dial(ctx context.Context, dst netip.AddrPort, q *roce.QP, o *Dia
 		replied, failed, cerr := c.replied, c.failed, c.err
 		a.mu.Unlock()
 		if failed {
+			if errors.Is(cerr, ErrUnreachable) {
+				return nil, fmt.Errorf("cm: dial %v: %w: the REQ went out %d times", dst, cerr, 1+MaxCMRetries)
+			}
 			return nil, fmt.Errorf("cm: dial %v: %w", dst, cerr)
 		}
 		if replied {

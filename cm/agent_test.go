@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,4 +312,28 @@ func udEnd(t testing.TB, d *roce.Device) *end {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// TestDialUnreachable: a peer that never answers ends the dial with
+// ErrUnreachable after the kernel's retries, and the error says so.
+func TestDialUnreachable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for 16 REQ time-outs (24.6 s)")
+	}
+	aa, ab := pipeAgents(t, 1, link.Faults{})
+	ab.Close() // B's QP 1 is gone: nothing answers
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := newEnd(t, aa.Device())
+	start := time.Now()
+	_, err := aa.Dial(ctx, netip.AddrPortFrom(ipB, 7471), client.qp, nil)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "the REQ went out 16 times") {
+		t.Fatalf("dial: %v", err)
+	}
+	if took, want := time.Since(start), 16*(2*ms(PacketLifeTime)+ms(ResponseTimeout)); took < want {
+		t.Fatalf("gave up after %v, before the %v the retries take", took, want)
+	}
+	if st := aa.Stats(); st.Retransmits.Load() != 15 || st.Timeouts.Load() != 1 {
+		t.Fatalf("retransmits %d, timeouts %d", st.Retransmits.Load(), st.Timeouts.Load())
+	}
 }
