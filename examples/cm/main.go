@@ -1,10 +1,8 @@
 // Command cm shows RDMA CM, the way nearly every RDMA program connects:
-// the server listens on an rdma_cm port, the client dials it with private
-// data, the server accepts with its own; the QPs come up as the kernel's
-// rdma_cm would bring them up, and the client SENDs a message. It speaks
-// to rdma-core's tools too: `rdma_client -s SERVER` finds this server's
-// listener on port 7471 (it sends 16 bytes, this server answers nothing
-// back, so rdma_client waits), and this client reaches rdma_server.
+// the server listens on an rdma_cm port (7471, rdma_server's), the client
+// dials it with private data, the server accepts with its own; the QPs
+// come up as the kernel's rdma_cm would bring them up, and the client
+// SENDs a message, then disconnects.
 //
 //	server$ cm -dev eth0
 //	client$ cm -dev eth0 -peer 198.18.0.2
