@@ -55,7 +55,7 @@ type Agent struct {
 	conns     map[uint32]*Conn
 	reqs      map[uint32]*Request
 	queries   map[uint32]*udQuery
-	listeners map[uint64]*Listener
+	listeners map[uint64][]*Listener // by service ID: one per bound address
 	todo      []func()
 	closed    bool
 }
@@ -79,7 +79,7 @@ func Open(d *roce.Device, cfg AgentConfig) (_ *Agent, err error) {
 	a := &Agent{
 		d: d, nrecv: cfg.Recv, epoch: time.Now(), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		stopped: make(chan struct{}), conns: map[uint32]*Conn{}, reqs: map[uint32]*Request{}, queries: map[uint32]*udQuery{},
-		listeners: map[uint64]*Listener{},
+		listeners: map[uint64][]*Listener{},
 	}
 	copy(a.mac[:], d.Info().MAC)
 	defer func() {
@@ -299,13 +299,14 @@ func (a *Agent) Close() error {
 			a.eng.Destroy(now, id)
 			c.failLocked(ErrClosed)
 		}
-		for id, r := range a.reqs {
+		for id := range a.reqs {
 			a.eng.Destroy(now, id)
 			delete(a.reqs, id)
-			_ = r
 		}
-		for _, l := range a.listeners {
-			l.closeLocked()
+		for _, ls := range a.listeners {
+			for _, l := range ls {
+				l.closeLocked()
+			}
 		}
 		a.closed = true
 		a.mu.Unlock()
@@ -452,16 +453,15 @@ func (a *Agent) onRequestLocked(ev *Event) {
 	} else {
 		sid, pd = ev.REQ.ServiceID(), ev.REQ.PrivateData()
 	}
-	l := a.listeners[sid]
-	if l == nil || l.closed {
+	if len(a.listeners[sid]) == 0 {
 		reject(mad.RejInvalidServiceID)
 		return
 	}
 	h := mad.CMAHeader(pd[:mad.CMAHeaderSize])
 	dst, src := h.Dst(), h.Src()
+	l := a.listenerFor(sid, dst)
 	switch {
-	case h.Check() != nil, !a.isLocal(dst), !src.IsValid(), src.IsUnspecified(), src.IsLoopback(), src.IsMulticast(),
-		l.addr.IsValid() && !l.addr.IsUnspecified() && l.addr.Unmap() != dst.Unmap(),
+	case l == nil, h.Check() != nil, !a.isLocal(dst), !src.IsValid(), src.IsUnspecified(), src.IsLoopback(), src.IsMulticast(),
 		!sidr && l.ps == mad.PortSpaceTCP && ev.REQ.TransportType() != 0,
 		!sidr && l.ps == mad.PortSpaceUDP, sidr && l.ps == mad.PortSpaceTCP:
 		reject(mad.RejConsumerDefined)
@@ -495,6 +495,24 @@ func (a *Agent) onRequestLocked(ev *Event) {
 	a.reqs[id] = req
 	l.queue <- req
 }
+
+// listenerFor returns the listener of sid bound to dst, or else the one
+// bound to no address (cma_find_listener), or nil.
+func (a *Agent) listenerFor(sid uint64, dst netip.Addr) *Listener {
+	var any *Listener
+	for _, l := range a.listeners[sid] {
+		switch {
+		case wildcard(l.addr):
+			any = l
+		case l.addr.Unmap() == dst.Unmap():
+			return l
+		}
+	}
+	return any
+}
+
+// wildcard reports whether a listener bound to addr takes every address.
+func wildcard(addr netip.Addr) bool { return !addr.IsValid() || addr.IsUnspecified() }
 
 // isLocal reports whether addr is one of the device's addresses.
 func (a *Agent) isLocal(addr netip.Addr) bool {
@@ -539,16 +557,24 @@ func (a *Agent) Listen(addr netip.AddrPort, o *ListenOptions) (*Listener, error)
 	if opts.Backlog <= 0 {
 		opts.Backlog = 128
 	}
-	if addr.Addr().IsValid() && !addr.Addr().IsUnspecified() && !a.isLocal(addr.Addr()) {
-		return nil, fmt.Errorf("cm: listen on %v: not an address of %s", addr, a.d.Info().Name)
+	if !wildcard(addr.Addr()) && !a.isLocal(addr.Addr()) {
+		return nil, fmt.Errorf("cm: listen on %v: %w of %s", addr, ErrAddrNotLocal, a.d.Info().Name)
 	}
 	l := &Listener{a: a, ps: opts.PortSpace, port: addr.Port(), addr: addr.Addr(),
 		sid: mad.ServiceID(opts.PortSpace, addr.Port()), queue: make(chan *Request, opts.Backlog), done: make(chan struct{})}
 	err := a.do(func(time.Duration) error {
-		if err := a.eng.Listen(l.sid); err != nil {
-			return err
+		ls := a.listeners[l.sid]
+		for _, o := range ls {
+			if wildcard(o.addr) && wildcard(l.addr) || !wildcard(o.addr) && o.addr.Unmap() == l.addr.Unmap() {
+				return fmt.Errorf("listen on %v: %w", addr, ErrListening)
+			}
 		}
-		a.listeners[l.sid] = l
+		if len(ls) == 0 {
+			if err := a.eng.Listen(l.sid); err != nil {
+				return err
+			}
+		}
+		a.listeners[l.sid] = append(ls, l)
 		return nil
 	})
 	if err != nil {
@@ -594,8 +620,19 @@ func (l *Listener) closeLocked() {
 	}
 	l.closed = true
 	a := l.a
-	a.eng.Unlisten(l.sid)
-	delete(a.listeners, l.sid)
+	ls := a.listeners[l.sid]
+	for i, o := range ls {
+		if o == l {
+			ls = append(ls[:i], ls[i+1:]...)
+			break
+		}
+	}
+	if len(ls) == 0 {
+		a.eng.Unlisten(l.sid)
+		delete(a.listeners, l.sid)
+	} else {
+		a.listeners[l.sid] = ls
+	}
 	close(l.done)
 	for {
 		select {
@@ -775,7 +812,7 @@ func (a *Agent) route(ctx context.Context, dst netip.AddrPort, opts *DialOptions
 	}
 	if opts.Src.IsValid() {
 		if !a.isLocal(opts.Src) {
-			return av, 0, fmt.Errorf("cm: resolve %v: %v is not an address of %s", dst, opts.Src, a.d.Info().Name)
+			return av, 0, fmt.Errorf("cm: resolve %v: source %v: %w of %s", dst, opts.Src, ErrAddrNotLocal, a.d.Info().Name)
 		}
 		av.SrcIP = opts.Src.Unmap()
 	}
@@ -811,6 +848,9 @@ func (r *Request) Accept(ctx context.Context, q *roce.QP, p *ConnParam) (*Conn, 
 		HopLimit: 64, TrafficClass: f.PrimaryTrafficClass}
 	psn := randPSN()
 	timeout := ackTimeout(CAAckDelay, max(f.PrimaryLocalACKTimeout, 1)-1)
+	if param.ACKTimeout != 0 {
+		timeout = param.ACKTimeout
+	}
 	rtr, rtrMask := rtrAttrs(av, mtu, f.LocalQPN, f.StartingPSN, param.ResponderResources, param.MinRNRTimer)
 	rts, rtsMask := rtsAttrs(psn, timeout, f.RetryCount, f.RNRRetryCount, param.InitiatorDepth)
 	if err := readyQP(q, rtr, rtrMask, rts, rtsMask); err != nil {
@@ -902,6 +942,10 @@ func (a *Agent) Dial(ctx context.Context, dst netip.AddrPort, q *roce.QP, o *Dia
 		transport = 1
 	}
 	mtu := a.d.Info().ActiveMTU
+	localACK := ackTimeout(CAAckDelay, PacketLifeTime)
+	if p.ACKTimeout != 0 {
+		localACK = p.ACKTimeout
+	}
 	req := ConnectRequest{PacketLifeTime: PacketLifeTime, REQ: mad.REQFields{
 		ServiceID: mad.ServiceID(opts.PortSpace, dst.Port()), LocalQPN: q.QPN(),
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
@@ -912,7 +956,7 @@ func (a *Agent) Dial(ctx context.Context, dst netip.AddrPort, q *roce.QP, o *Dia
 		PrimaryLocalGID: gidOf(av.SrcIP), PrimaryRemoteGID: gidOf(av.DstIP),
 		PrimaryFlowLabel:    (uint32(sport)*31 + uint32(dst.Port())) & 0xfffff,
 		PrimaryTrafficClass: opts.TOS, PrimaryHopLimit: 64,
-		PrimaryLocalACKTimeout: ackTimeout(CAAckDelay, PacketLifeTime),
+		PrimaryLocalACKTimeout: localACK,
 		PrivateData:            priv[:],
 	}}
 	peer := Peer{Addr: av.DstIP, Local: av.SrcIP, MAC: av.DstMAC}
@@ -954,7 +998,11 @@ func (a *Agent) Dial(ctx context.Context, dst netip.AddrPort, q *roce.QP, o *Dia
 	c.param.ResponderResources, c.param.InitiatorDepth = rep.InitiatorDepth, rep.ResponderResources
 	c.param.RNRRetryCount = rep.RNRRetryCount
 	rtr, rtrMask := rtrAttrs(av, mtu, rep.LocalQPN, rep.StartingPSN, rep.InitiatorDepth, p.MinRNRTimer)
-	rts, rtsMask := rtsAttrs(psn, ackTimeout(rep.TargetACKDelay, PacketLifeTime), p.RetryCount, rep.RNRRetryCount, rep.ResponderResources)
+	timeout := ackTimeout(rep.TargetACKDelay, PacketLifeTime)
+	if p.ACKTimeout != 0 {
+		timeout = p.ACKTimeout
+	}
+	rts, rtsMask := rtsAttrs(psn, timeout, p.RetryCount, rep.RNRRetryCount, rep.ResponderResources)
 	if err := readyQP(q, rtr, rtrMask, rts, rtsMask); err != nil {
 		a.do(func(now time.Duration) error {
 			err := a.eng.Reject(now, c.id, mad.RejConsumerDefined, nil, nil)

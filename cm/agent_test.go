@@ -337,3 +337,54 @@ func TestDialUnreachable(t *testing.T) {
 		t.Fatalf("retransmits %d, timeouts %d", st.Retransmits.Load(), st.Timeouts.Load())
 	}
 }
+
+// TestListenAddresses: two listeners on one port, one bound to the
+// device's address and one to any; a REQ goes to the bound one; a second
+// wildcard or the same address is refused, a foreign address too.
+func TestListenAddresses(t *testing.T) {
+	aa, ab := pipeAgents(t, 1, link.Faults{})
+	bound, err := ab.Listen(netip.AddrPortFrom(ipB, 7471), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wild, err := ab.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), 7471), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []netip.Addr{ipB, {}, netip.IPv4Unspecified()} {
+		if _, err := ab.Listen(netip.AddrPortFrom(addr, 7471), nil); !errors.Is(err, ErrListening) {
+			t.Fatalf("second listener on %v: %v", addr, err)
+		}
+	}
+	if _, err := ab.Listen(netip.AddrPortFrom(ipA, 7471), nil); !errors.Is(err, ErrAddrNotLocal) {
+		t.Fatalf("listen on a foreign address: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		if req, err := bound.Accept(ctx); err == nil {
+			req.Reject([]byte("bound"))
+		}
+	}()
+	client := newEnd(t, aa.Device())
+	_, err = aa.Dial(ctx, netip.AddrPortFrom(ipB, 7471), client.qp, nil)
+	var rej *RejectError
+	if !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte("bound")) {
+		t.Fatalf("dial: %v", err)
+	}
+	bound.Close()
+	go func() {
+		if req, err := wild.Accept(ctx); err == nil {
+			req.Reject([]byte("wild"))
+		}
+	}()
+	_, err = aa.Dial(ctx, netip.AddrPortFrom(ipB, 7471), client.qp, nil)
+	if !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte("wild")) {
+		t.Fatalf("dial after the bound listener closed: %v", err)
+	}
+	wild.Close()
+	_, err = aa.Dial(ctx, netip.AddrPortFrom(ipB, 7471), client.qp, nil)
+	if !errors.As(err, &rej) || rej.Reason != mad.RejInvalidServiceID {
+		t.Fatalf("dial with no listener: %v", err)
+	}
+}

@@ -22,11 +22,12 @@
 //     CM response time-out (§12.7.27, 12.7.30). A received MRA extends the
 //     wait by its service time-out (§12.6.6).
 //   - A duplicate REQ (same remote comm ID and CA GUID) is answered with an
-//     MRA while the consumer decides, with a REJ "stale connection" in
-//     time-wait, and otherwise ignored; a duplicate REP after the RTU gets
-//     the RTU again (§12.9.6).
-//   - A REQ for a QP a live connection of the same peer still uses is
-//     refused as stale (REJ 10), and that connection is sent a DREQ.
+//     MRA while the consumer decides, and otherwise ignored; a duplicate
+//     REP after the RTU gets the RTU again (§12.9.6).
+//   - A REQ from a QP a live connection of the same peer still uses is
+//     refused as stale (REJ 10), and that connection is sent a DREQ; a
+//     connection in time-wait no longer counts (cm_enter_timewait), so a
+//     client that comes back at once with the same QP is served.
 //   - A DREQ for no connection is answered with a DREP; crossing DREQs are
 //     legal; after a DREP or the DREQ's last time-out the connection stays
 //     in time-wait, where it still answers, for the ACK time-out.

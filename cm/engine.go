@@ -326,14 +326,7 @@ func (e *Engine) index(c *conn) {
 func (e *Engine) free(c *conn) {
 	e.disarm(c)
 	e.leaveReqRcvd(c)
-	if c.indexed {
-		if e.byRemote[remoteKey{c.remoteID, c.remoteGUID}] == c {
-			delete(e.byRemote, remoteKey{c.remoteID, c.remoteGUID})
-		}
-		if e.byQPN[remoteKey{c.remoteQPN, c.remoteGUID}] == c {
-			delete(e.byQPN, remoteKey{c.remoteQPN, c.remoteGUID})
-		}
-	}
+	e.unindex(c)
 	if c.state == StateSIDRReqRcvd {
 		delete(e.sidrs, sidrKey{c.remoteID, c.peer.Addr})
 	}
@@ -509,7 +502,25 @@ func (e *Engine) established(c *conn) {
 // its ACK time-out (the kernel's cm_enter_timewait).
 func (e *Engine) timewait(now time.Duration, c *conn) {
 	c.state = StateTimewait
+	e.unindex(c)
 	e.arm(c, now+c.twait)
+}
+
+// unindex forgets c's peer comm ID and QPN: as the kernel's
+// cm_enter_timewait, a connection in time-wait no longer makes a new REQ
+// from the same peer QP stale (a client that comes back at once, with
+// the same QP number, is served).
+func (e *Engine) unindex(c *conn) {
+	if !c.indexed {
+		return
+	}
+	if e.byRemote[remoteKey{c.remoteID, c.remoteGUID}] == c {
+		delete(e.byRemote, remoteKey{c.remoteID, c.remoteGUID})
+	}
+	if e.byQPN[remoteKey{c.remoteQPN, c.remoteGUID}] == c {
+		delete(e.byQPN, remoteKey{c.remoteQPN, c.remoteGUID})
+	}
+	c.indexed = false
 }
 
 // ConnectRequest is what Connect sends: the REQ's fields (LocalCommID and
@@ -698,11 +709,8 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	guid := r.LocalCAGUID()
 	if c := e.byRemote[remoteKey{r.LocalCommID(), guid}]; c != nil {
 		e.stats.RxDuplicates.Add(1)
-		switch c.state {
-		case StateReqRcvd:
+		if c.state == StateReqRcvd {
 			e.sendMRA(c, mad.MsgREQ)
-		case StateTimewait:
-			e.sendREJ(from, m.TID(), c.id, r.LocalCommID(), mad.MsgREQ, mad.RejStaleConn, nil, nil)
 		}
 		return
 	}

@@ -31,6 +31,10 @@ type ConnParam struct {
 	// (rdma_set_min_rnr_timer).
 	MinRNRTimer uint8
 	PrivateData []byte // the user's data: at most 56 bytes in a REQ, 196 in a REP
+	// ACKTimeout is the QP's local ACK time-out (4.096 µs × 2^ACKTimeout),
+	// as rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT); 0 means what the
+	// kernel computes from the path (about 0.5 s; the REQ carries it).
+	ACKTimeout uint8
 }
 
 // maxRdAtomic is the device's limit on READs and atomics each way (rxe's
@@ -98,6 +102,9 @@ var (
 	ErrDisconnected = errors.New("cm: disconnected by the peer")
 	// ErrClosed: the agent or the connection was closed.
 	ErrClosed = errors.New("cm: closed")
+	// ErrAddrNotLocal: Listen or Dial was given an address the device
+	// does not have (EADDRNOTAVAIL).
+	ErrAddrNotLocal = errors.New("not an address")
 )
 
 // rtrAttrs are the RTR attributes of a connection's QP (the kernel's

@@ -428,22 +428,37 @@ func TestStrayMessages(t *testing.T) {
 		t.Fatalf("unmatched %d, answers %d", got, len(s.queue))
 	}
 
-	// A connection in time-wait: its REQ again is stale.
-	var req [mad.Size]byte
+	// A REQ from the QP of a live connection is stale: REJ 10, and the
+	// live connection is sent a DREQ. Once that one is in time-wait, the
+	// same QP connects again.
+	s.queue = nil
 	id := s.connect(a, b, nil)
+	var req [mad.Size]byte
 	copy(req[:], s.queue[0].b[:])
 	s.run(time.Second)
-	a.e.Disconnect(s.now, id, nil)
-	s.run(s.now + 10*time.Millisecond)
-	a.events = nil
-	before := s.sent[2]
-	b.e.Input(s.now, req[:], from)
-	if s.sent[2] != before+1 {
-		t.Fatal("a REQ repeated in time-wait got no REJ")
+	if a.e.State(id) != StateEstablished {
+		t.Fatalf("not established: %v", a.e.State(id))
 	}
-	rej := mad.REJ(mad.MAD(s.queue[len(s.queue)-1].b[:]).Body())
-	if rej.Reason() != mad.RejStaleConn {
+	r := mad.REQ(mad.MAD(req[:]).Body())
+	f := r.Fields()
+	f.LocalCommID ^= 0x5a5a5a5a
+	r.Encode(&f)
+	rejs, dreqs := s.sent[2], s.sent[5]
+	b.e.Input(s.now, req[:], &Peer{Addr: a.addr, Local: b.addr, MAC: a.mac})
+	if s.sent[2] != rejs+1 || s.sent[5] != dreqs+1 {
+		t.Fatalf("stale REQ: %d REJs, %d DREQs", s.sent[2]-rejs, s.sent[5]-dreqs)
+	}
+	if rej := mad.REJ(mad.MAD(s.queue[len(s.queue)-2].b[:]).Body()); rej.Reason() != mad.RejStaleConn {
 		t.Fatalf("REJ reason %v, want stale connection", rej.Reason())
+	}
+	s.run(s.now + 100*time.Millisecond) // the DREQ answered: both in time-wait
+	if a.e.State(id) != StateTimewait {
+		t.Fatalf("old connection in %v", a.e.State(id))
+	}
+	again := s.connect(a, b, nil)
+	s.run(s.now + time.Second)
+	if a.e.State(again) != StateEstablished {
+		t.Fatalf("the same QP again: %v", a.e.State(again))
 	}
 }
 
