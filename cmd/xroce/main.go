@@ -18,7 +18,9 @@ func main() {
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "xroce:", err)
+		if !cli.Reported(err) {
+			fmt.Fprintln(os.Stderr, "xroce:", err)
+		}
 		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -55,12 +55,41 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// ExitCode is the process exit status for an error returned by Run: 2 for a
-// bad command line (as the standard flag package does), 1 otherwise.
+// exitStatus ends a command that has printed its own messages, as the C
+// program it clones does (rping, ucmatose, rdma_server ...), with that
+// program's exit status; a negative status is its low byte, as the shell
+// sees it (-1 is 255).
+type exitStatus int
+
+func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)&0xff) }
+
+// status returns the error that ends a command with exit status code: nil
+// for 0.
+func status(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return exitStatus(code)
+}
+
+// Reported reports whether the command that returned err has printed what
+// went wrong itself, so that main adds nothing and exits with ExitCode.
+func Reported(err error) bool {
+	var s exitStatus
+	return errors.As(err, &s)
+}
+
+// ExitCode is the process exit status for an error returned by Run: the
+// cloned program's own status for the tools that print their own
+// messages, 2 for a bad command line (as the standard flag package does),
+// 1 otherwise.
 func ExitCode(err error) int {
+	var s exitStatus
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &s):
+		return int(s) & 0xff
 	case errors.Is(err, errUsage):
 		return 2
 	default:
@@ -80,7 +109,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 {
 			if c := lookup(rest[0]); c != nil {
-				return c.run(ctx, e, []string{"-h"})
+				// The clones of C tools print their usage and exit with
+				// their status; asking for help is no failure.
+				if err := c.run(ctx, e, []string{"-h"}); !Reported(err) {
+					return err
+				}
+				return nil
 			}
 			return usagef("unknown command %q; see 'xroce help'", rest[0])
 		}
@@ -118,8 +152,12 @@ func printHelp(w io.Writer) {
 		names = append(names, c.name)
 	}
 	sort.Strings(names)
+	width := 10
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, lookup(n).summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s %s\n", width, n, lookup(n).summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'xroce help <command>' or 'xroce <command> -h' for a command's flags and examples.")

@@ -1,0 +1,339 @@
+//go:build linux
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"syscall"
+
+	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/roce"
+)
+
+// xroce rdma_server and rdma_client are rdma-core's rdma_server and
+// rdma_client (librdmacm/examples, the same in rdma-core 44 to 64), the
+// examples of librdmacm's synchronous endpoint API (rdma_create_ep): one
+// RC connection, one 16-byte SEND each way (the client's first, both all
+// zeros, sent inline), then both sides disconnect at once, their DREQs
+// crossing. Same flags, same lines, same statuses. -d names the interface
+// (the device); the originals have no -d.
+
+func init() {
+	register("rdma_server", "one 16-byte SEND each way over RDMA CM, as rdma-core's rdma_server", runRdmaServer)
+	register("rdma_client", "the client of rdma_server (and of rdma-core's), as rdma-core's rdma_client", runRdmaClient)
+}
+
+// rdmaEPMsgSize is the size of the examples' send_msg and recv_msg.
+const rdmaEPMsgSize = 16
+
+// rdmaEPOptions is the command line of rdma_server and rdma_client.
+type rdmaEPOptions struct {
+	addr   string // -s
+	port   string // -p
+	ifname string // -d (xroce's)
+}
+
+// parseRdmaEP reads the command line of rdma_server or rdma_client
+// (name); a mistake prints glibc's message and the usage, status 1.
+func parseRdmaEP(stdout, stderr io.Writer, name, addr string, args []string) (o *rdmaEPOptions, code int, done bool) {
+	o = &rdmaEPOptions{addr: addr, port: "7471"}
+	opts, _ := getopt(args, "s:p:d:")
+	for _, op := range opts {
+		switch op.c {
+		case 's':
+			o.addr = op.arg
+		case 'p':
+			o.port = op.arg
+		case 'd':
+			o.ifname = op.arg
+		default:
+			fmt.Fprintf(stderr, "%s: %s\n", name, op.msg)
+			fmt.Fprintf(stdout, "usage: %s\n\t[-s server_address]\n\t[-p port_number]\n", name)
+			return nil, 1, true
+		}
+	}
+	return o, 0, false
+}
+
+func runRdmaServer(ctx context.Context, e *env, args []string) error {
+	o, code, done := parseRdmaEP(e.stdout, e.stderr, "rdma_server", "0.0.0.0", args)
+	if done {
+		return status(code)
+	}
+	ep := &rdmaEP{o: o, name: "rdma_server", stdout: e.stdout, stderr: e.stderr}
+	fmt.Fprintf(e.stdout, "rdma_server: start\n")
+	ret := ep.server(ctx)
+	if ep.interrupted {
+		return status(exitInterrupted)
+	}
+	fmt.Fprintf(e.stdout, "rdma_server: end %d\n", ret)
+	return status(ret)
+}
+
+func runRdmaClient(ctx context.Context, e *env, args []string) error {
+	o, code, done := parseRdmaEP(e.stdout, e.stderr, "rdma_client", "127.0.0.1", args)
+	if done {
+		return status(code)
+	}
+	ep := &rdmaEP{o: o, name: "rdma_client", stdout: e.stdout, stderr: e.stderr}
+	fmt.Fprintf(e.stdout, "rdma_client: start\n")
+	ret := ep.client(ctx)
+	if ep.interrupted {
+		return status(exitInterrupted)
+	}
+	fmt.Fprintf(e.stdout, "rdma_client: end %d\n", ret)
+	return status(ret)
+}
+
+// rdmaEP is one run of rdma_server or rdma_client: the endpoint's
+// resources (rdma_create_ep's: a PD, a CQ each way, an RC QP of one send
+// and one receive with 16 bytes inline, every send signalled).
+type rdmaEP struct {
+	o              *rdmaEPOptions
+	name           string
+	stdout, stderr io.Writer
+	interrupted    bool
+
+	d      *cmDevice
+	pd     *roce.PD
+	sendCQ *roce.CQ
+	recvCQ *roce.CQ
+	qp     *roce.QP
+	recvMR *roce.MR
+	sendMR *roce.MR // the send buffer (sent inline, registered all the same)
+	conn   *cm.Conn
+}
+
+// open is rdma_getaddrinfo and the device part of rdma_create_ep: it
+// returns the address, or the status after printing what the original
+// prints. passive is the server's RAI_PASSIVE.
+func (ep *rdmaEP) open(ctx context.Context, passive bool) (netip.AddrPort, int) {
+	addr, gerr := lookupAddr(ctx, ep.o.addr, false)
+	var port uint16
+	if gerr == nil {
+		port, gerr = lookupPort(ep.o.port)
+	}
+	if gerr != nil {
+		fmt.Fprintf(ep.stdout, "rdma_getaddrinfo: %s\n", gerr.msg)
+		return netip.AddrPort{}, gerr.code
+	}
+	local, peer := addr, netip.Addr{}
+	if !passive {
+		local, peer = netip.Addr{}, addr
+	}
+	ifname, ierr := cmInterface(ep.o.ifname, local, peer)
+	if ierr != nil {
+		switch {
+		case ierr.errno == syscall.ENODEV && passive:
+			fmt.Fprintf(ep.stderr, "%s: %v: name one with -d INTERFACE\n", ep.name, ierr)
+		case ierr.errno == syscall.ENODEV:
+			fmt.Fprintf(ep.stderr, "%s: %v\n", ep.name, ierr)
+		}
+		perror(ep.stderr, "rdma_create_ep", ierr.errno)
+		return netip.AddrPort{}, -1
+	}
+	d, err := openCM(ifname)
+	if err != nil {
+		fmt.Fprintf(ep.stderr, "%s: %v\n", ep.name, err)
+		perror(ep.stderr, "rdma_create_ep", syscall.ENODEV)
+		return netip.AddrPort{}, -1
+	}
+	ep.d = d
+	return netip.AddrPortFrom(addr, port), 0
+}
+
+// close releases everything (rdma_destroy_ep, the device).
+func (ep *rdmaEP) close() {
+	if ep.d == nil {
+		return
+	}
+	if ep.conn != nil {
+		ep.conn.Close()
+	}
+	if ep.qp != nil {
+		ep.qp.Destroy()
+	}
+	for _, m := range []*roce.MR{ep.recvMR, ep.sendMR} {
+		if m != nil {
+			m.Dereg()
+		}
+	}
+	for _, cq := range []*roce.CQ{ep.sendCQ, ep.recvCQ} {
+		if cq != nil {
+			cq.Destroy()
+		}
+	}
+	if ep.pd != nil {
+		ep.pd.Dealloc()
+	}
+	ep.d.Close()
+}
+
+// createQP makes the endpoint's QP and buffers and posts the receive.
+func (ep *rdmaEP) createQP() int {
+	d := ep.d.dev
+	var err error
+	if ep.pd, err = d.AllocPD(); err == nil {
+		if ep.sendCQ, err = d.CreateCQ(1); err == nil {
+			ep.recvCQ, err = d.CreateCQ(1)
+		}
+	}
+	if err == nil {
+		ep.qp, err = ep.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: ep.sendCQ, RecvCQ: ep.recvCQ,
+			MaxSendWR: 1, MaxRecvWR: 1, MaxSGE: 1, MaxInline: rdmaEPMsgSize, SignalAll: true})
+	}
+	if err == nil {
+		err = cm.PrepareQP(ep.qp)
+	}
+	if err != nil {
+		perror(ep.stderr, "rdma_create_ep", syscall.ENOMEM)
+		return -1
+	}
+	if ep.recvMR, err = ep.pd.RegMR(make([]byte, rdmaEPMsgSize), roce.AccessLocalWrite); err != nil {
+		perror(ep.stderr, "rdma_reg_msgs for recv_msg", syscall.ENOMEM)
+		return -1
+	}
+	if ep.sendMR, err = ep.pd.RegMR(make([]byte, rdmaEPMsgSize), roce.AccessLocalWrite); err != nil {
+		perror(ep.stderr, "rdma_reg_msgs for send_msg", syscall.ENOMEM)
+		return -1
+	}
+	if err := ep.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{ep.recvMR.SGE(0, rdmaEPMsgSize)}}); err != nil {
+		perror(ep.stderr, "rdma_post_recv", syscall.Errno(postErrno(err)))
+		return -1
+	}
+	return 0
+}
+
+// send is rdma_post_send of the 16-byte message, inline.
+func (ep *rdmaEP) send() int {
+	err := ep.qp.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendInline | roce.SendSignaled,
+		SGL: []roce.SGE{ep.sendMR.SGE(0, rdmaEPMsgSize)}})
+	if err != nil {
+		perror(ep.stderr, "rdma_post_send", syscall.Errno(postErrno(err)))
+		return -1
+	}
+	return 0
+}
+
+// completion is rdma_get_send_comp or rdma_get_recv_comp (what names
+// it). The originals take any completion; the clone wants the receive
+// to have succeeded (a send flushed by the peer's DREQ is all right: the
+// peer had it), and gives up when the peer is silent for cmPeerTimeout.
+func (ep *rdmaEP) completion(ctx context.Context, cq *roce.CQ, what string) int {
+	send := cq == ep.sendCQ
+	var wc [1]roce.WC
+	ok, err := pollOne(ctx, cq, wc[:], nil, cmPeerTimeout)
+	switch {
+	case ctx.Err() != nil:
+		ep.interrupted = true
+		return -1
+	case err != nil || !ok:
+		fmt.Fprintf(ep.stderr, "%s\n", silentMsg(ep.name))
+		perror(ep.stderr, what, syscall.ETIMEDOUT)
+		return -1
+	case wc[0].Status == roce.WCSuccess,
+		wc[0].Status == roce.WCWRFlushErr && send:
+		return 0
+	}
+	fmt.Fprintf(ep.stderr, "%s: %s: completion failed: status %d (%v)\n", ep.name, what, int(wc[0].Status), wc[0].Status)
+	return -1
+}
+
+// disconnect is the synchronous rdma_disconnect: the QP to ERR, a DREQ
+// (or nothing if the peer's came first), and the wait for DISCONNECTED.
+func (ep *rdmaEP) disconnect(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmPeerTimeout)
+	defer cancel()
+	ep.conn.Disconnect(dctx)
+}
+
+// server is rdma_server.c's run.
+func (ep *rdmaEP) server(ctx context.Context) int {
+	bind, ret := ep.open(ctx, true)
+	if ret != 0 {
+		return ret
+	}
+	defer ep.close()
+	l, err := ep.d.agent.Listen(bind, nil)
+	if err != nil {
+		perror(ep.stderr, "rdma_create_ep", syscall.EADDRNOTAVAIL)
+		return -1
+	}
+	defer l.Close()
+	listening()
+	req, err := l.Accept(ctx)
+	if err != nil {
+		ep.interrupted = true
+		return -1
+	}
+	l.Close()
+	if ret := ep.createQP(); ret != 0 {
+		req.Reject(nil)
+		return ret
+	}
+	actx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
+	ep.conn, err = req.Accept(actx, ep.qp, nil)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			ep.interrupted = true
+			return -1
+		}
+		perror(ep.stderr, "rdma_accept", cmErrno(err))
+		return -1
+	}
+	ret = ep.completion(ctx, ep.recvCQ, "rdma_get_recv_comp")
+	if ret == 0 {
+		if ret = ep.send(); ret == 0 {
+			ret = ep.completion(ctx, ep.sendCQ, "rdma_get_send_comp")
+		}
+	}
+	if !ep.interrupted {
+		ep.disconnect(ctx)
+	}
+	return ret
+}
+
+// client is rdma_client.c's run.
+func (ep *rdmaEP) client(ctx context.Context) int {
+	dst, ret := ep.open(ctx, false)
+	if ret != 0 {
+		return ret
+	}
+	defer ep.close()
+	if err := resolvePeer(ctx, ep.d.dev, dst.Addr()); err != nil {
+		if ctx.Err() != nil {
+			ep.interrupted = true
+			return -1
+		}
+		perror(ep.stderr, "rdma_create_ep", syscall.ETIMEDOUT)
+		return -1
+	}
+	if ret := ep.createQP(); ret != 0 {
+		return ret
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*cmPeerTimeout)
+	conn, err := ep.d.agent.Dial(dctx, dst, ep.qp, nil)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			ep.interrupted = true
+			return -1
+		}
+		perror(ep.stderr, "rdma_connect", cmErrno(err))
+		return -1
+	}
+	ep.conn = conn
+	if ret = ep.send(); ret == 0 {
+		if ret = ep.completion(ctx, ep.sendCQ, "rdma_get_send_comp"); ret == 0 {
+			ret = ep.completion(ctx, ep.recvCQ, "rdma_get_recv_comp")
+		}
+	}
+	if !ep.interrupted {
+		ep.disconnect(ctx)
+	}
+	return ret
+}

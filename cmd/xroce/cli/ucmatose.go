@@ -1,0 +1,604 @@
+//go:build linux
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/mad"
+	"github.com/xroce/xroce/roce"
+)
+
+// xroce ucmatose is rdma-core's ucmatose (librdmacm/examples/cmatose.c,
+// rdma-core 44): -c RC connections over rdma_cm, -C messages of -S bytes
+// each way on each (the server sends first; the client has posted its
+// receives before connecting), then the server disconnects. Same flags,
+// same lines ("cmatose: ..."), the exit status is the "return status".
+// -d names the interface (the device); ucmatose has no -d.
+
+func init() {
+	register("ucmatose", "RDMA CM connection and SEND test with a peer, as rdma-core's ucmatose", runUcmatose)
+}
+
+// ucmatoseOptions is ucmatose's command line.
+type ucmatoseOptions struct {
+	dst, src    string // -s (client mode), -b
+	numeric     bool   // -f ip or gid: no name look-ups
+	ps          mad.PortSpace
+	connections int    // -c
+	count       int    // -C
+	size        int    // -S
+	tos         uint8  // -t
+	setTOS      bool   //
+	port        string // -p
+	migrate     bool   // -m
+	ifname      string // -d (xroce's)
+}
+
+// ucmatoseUsage prints ucmatose's usage (stdout) for program name.
+func ucmatoseUsage(w io.Writer, name string) {
+	fmt.Fprintf(w, "usage: %s\n", name)
+	fmt.Fprint(w, "\t[-s server_address]\n"+
+		"\t[-b bind_address]\n"+
+		"\t[-f address_format]\n"+
+		"\t    name, ip, ipv6, or gid\n"+
+		"\t[-P port_space]\n"+
+		"\t    tcp or ib\n"+
+		"\t[-c connections]\n"+
+		"\t[-C message_count]\n"+
+		"\t[-S message_size]\n"+
+		"\t[-t type_of_service]\n"+
+		"\t[-p port_number]\n"+
+		"\t[-m(igrate)]\n"+
+		"\t[-a ack_timeout]\n")
+}
+
+// parseUcmatose reads ucmatose's command line as its main does: glibc's
+// message and the usage, status 1, for a mistake.
+func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions, code int, done bool) {
+	o = &ucmatoseOptions{ps: mad.PortSpaceTCP, connections: 1, count: 10, size: 100, port: "7471"}
+	opts, _ := getopt(args, "s:b:f:P:c:C:S:t:p:a:md:")
+	for _, op := range opts {
+		switch op.c {
+		case 's':
+			o.dst = op.arg
+		case 'b':
+			o.src = op.arg
+		case 'f':
+			switch {
+			case hasPrefixFold(op.arg, "ip"), hasPrefixFold(op.arg, "gid"):
+				o.numeric = true
+			case !hasPrefixFold(op.arg, "name"):
+				fmt.Fprintln(stderr, "Warning: unknown address format")
+			}
+		case 'P':
+			switch {
+			case hasPrefixFold(op.arg, "ib"):
+				o.ps = mad.PortSpaceIB
+			case !hasPrefixFold(op.arg, "tcp"):
+				fmt.Fprintln(stderr, "Warning: unknown port space format")
+			}
+		case 'c':
+			o.connections = atoi(op.arg)
+		case 'C':
+			o.count = atoi(op.arg)
+		case 'S':
+			o.size = atoi(op.arg)
+		case 't':
+			o.setTOS, o.tos = true, strtoul8(op.arg)
+		case 'p':
+			o.port = op.arg
+		case 'm':
+			o.migrate = true
+		case 'a':
+			// RDMA_OPTION_ID_ACK_TIMEOUT: the local QP's ACK time-out,
+			// which package cm does not let a caller set; read, unused.
+			_ = strtoul8(op.arg)
+		case 'd':
+			o.ifname = op.arg
+		default:
+			fmt.Fprintf(stderr, "ucmatose: %s\n", op.msg)
+			ucmatoseUsage(stdout, "ucmatose")
+			return nil, 1, true
+		}
+	}
+	return o, 0, false
+}
+
+// hasPrefixFold is strncasecmp(prefix, s, len(prefix)) == 0.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func runUcmatose(ctx context.Context, e *env, args []string) error {
+	o, code, done := parseUcmatose(e.stdout, e.stderr, args)
+	if done {
+		return status(code)
+	}
+	t := &cmatose{o: o, stdout: e.stdout, stderr: e.stderr, count: o.count}
+	return status(t.run(ctx))
+}
+
+// cmatose is one run of ucmatose.
+type cmatose struct {
+	o              *ucmatoseOptions
+	stdout, stderr io.Writer
+	count          int // message_count, which a message size of 0 sets to 0
+	nodes          []*cmatoseNode
+	d              *cmDevice
+	connectsLeft   int
+	interrupted    bool
+	silent         bool // a wait for the peer timed out: wait for it no more
+}
+
+// cmatoseNode is one connection: its own PD, send and receive CQs, QP and
+// message buffer, as cmatose's struct cmatest_node.
+type cmatoseNode struct {
+	pd        *roce.PD
+	cq        [2]*roce.CQ // send, receive
+	qp        *roce.QP
+	mr        *roce.MR
+	conn      *cm.Conn
+	connected bool
+}
+
+const (
+	cmatoseSendCQ = 0
+	cmatoseRecvCQ = 1
+)
+
+func (t *cmatose) printf(format string, a ...any) { fmt.Fprintf(t.stdout, format, a...) }
+
+// run is cmatose's main after the command line: its exit status is the
+// return status it prints.
+func (t *cmatose) run(ctx context.Context) int {
+	o := t.o
+	if o.connections < 0 {
+		t.printf("cmatose: unable to allocate memory for test nodes\n")
+		return 1
+	}
+	t.connectsLeft = o.connections
+	// The device: -d, or that of -b, or of the route to -s, or the only
+	// one; as librdmacm's, found before anything is printed.
+	var local, peer netip.Addr
+	var gerr *gaiError
+	if o.src != "" {
+		local, gerr = lookupAddr(ctx, o.src, o.numeric)
+	}
+	if o.dst != "" && gerr == nil {
+		peer, gerr = lookupAddr(ctx, o.dst, o.numeric)
+	}
+	var port uint16
+	if gerr == nil {
+		port, gerr = lookupPort(o.port)
+	}
+	var ierr *ifaceError
+	var ifname string
+	if gerr == nil {
+		ifname, ierr = cmInterface(o.ifname, local, peer)
+	}
+	if gerr == nil && (ierr == nil || ierr.errno == syscall.ENODEV) {
+		var err error
+		if ierr != nil && o.dst == "" {
+			err = fmt.Errorf("%v: name one with -d INTERFACE", ierr)
+		} else if ierr != nil {
+			err = ierr
+		} else {
+			t.d, err = openCM(ifname)
+		}
+		if err != nil {
+			fmt.Fprintf(t.stderr, "ucmatose: %v\n", err)
+			fmt.Fprintln(t.stderr, "No RDMA devices were detected")
+			return 1
+		}
+		defer t.d.Close()
+	}
+	t.nodes = make([]*cmatoseNode, o.connections)
+	for i := range t.nodes {
+		t.nodes[i] = &cmatoseNode{}
+	}
+	defer t.destroyNodes()
+	var ret int
+	if o.dst != "" {
+		ret = t.runClient(ctx, netip.AddrPortFrom(peer, port), local, gerr, ierr)
+	} else {
+		ret = t.runServer(ctx, netip.AddrPortFrom(local, port), gerr, ierr)
+	}
+	if t.interrupted {
+		return exitInterrupted
+	}
+	t.printf("test complete\n")
+	t.printf("return status %d\n", ret)
+	return ret
+}
+
+// initNode is cmatose's init_node: a PD, two CQs of message_count
+// entries, an RC QP signalling every send, the message buffer. It returns
+// the status (printing as cmatose does), 0 when all is well.
+func (t *cmatose) initNode(n *cmatoseNode) int {
+	var err error
+	if n.pd, err = t.d.dev.AllocPD(); err != nil {
+		t.printf("cmatose: unable to allocate PD\n")
+		return -int(syscall.ENOMEM)
+	}
+	cqe := t.count
+	if cqe == 0 {
+		cqe = 1
+	}
+	if cqe > 0 {
+		n.cq[cmatoseSendCQ], err = t.d.dev.CreateCQ(cqe)
+		if err == nil {
+			n.cq[cmatoseRecvCQ], err = t.d.dev.CreateCQ(cqe)
+		}
+	}
+	if cqe < 0 || err != nil {
+		t.printf("cmatose: unable to create CQ\n")
+		return -int(syscall.ENOMEM)
+	}
+	n.qp, err = n.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: n.cq[cmatoseSendCQ], RecvCQ: n.cq[cmatoseRecvCQ],
+		MaxSendWR: cqe, MaxRecvWR: cqe, MaxSGE: 1, SignalAll: true})
+	if err == nil {
+		err = cm.PrepareQP(n.qp)
+	}
+	if err != nil {
+		perror(t.stderr, "cmatose: unable to create QP", syscall.EINVAL)
+		return -1
+	}
+	// create_message
+	if t.o.size == 0 {
+		t.count = 0
+	}
+	if t.count == 0 {
+		return 0
+	}
+	if t.o.size < 0 || t.o.size > 1<<30 {
+		t.printf("failed message allocation\n")
+		t.printf("cmatose: failed to create messages: %d\n", -1)
+		return -1
+	}
+	if n.mr, err = n.pd.RegMR(make([]byte, t.o.size), roce.AccessLocalWrite); err != nil {
+		t.printf("failed to reg MR\n")
+		t.printf("cmatose: failed to create messages: %d\n", -1)
+		return -1
+	}
+	return 0
+}
+
+// postRecvs posts message_count receives into the message buffer.
+func (t *cmatose) postRecvs(n *cmatoseNode) int {
+	for range t.count {
+		if err := n.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{n.mr.SGE(0, t.o.size)}}); err != nil {
+			ret := postErrno(err)
+			t.printf("failed to post receives: %d\n", ret)
+			return ret
+		}
+	}
+	return 0
+}
+
+// postSends posts message_count SENDs of the message buffer.
+func (t *cmatose) postSends(n *cmatoseNode) int {
+	if !n.connected || t.count == 0 {
+		return 0
+	}
+	for range t.count {
+		if err := n.qp.PostSend(&roce.SendWR{Opcode: roce.WRSend, SGL: []roce.SGE{n.mr.SGE(0, t.o.size)}}); err != nil {
+			ret := postErrno(err)
+			t.printf("failed to post sends: %d\n", ret)
+			return ret
+		}
+	}
+	return 0
+}
+
+// pollCQs is cmatose's poll_cqs: message_count completions on the send or
+// receive CQ of each connected node. cmatose counts failed completions
+// too; the clone stops at the first (status -1), and gives up on a peer
+// silent for cmPeerTimeout.
+func (t *cmatose) pollCQs(ctx context.Context, which int) int {
+	var wc [1]roce.WC
+	for _, n := range t.nodes {
+		if !n.connected {
+			continue
+		}
+		for range t.count {
+			ok, err := pollOne(ctx, n.cq[which], wc[:], nil, cmPeerTimeout)
+			switch {
+			case ctx.Err() != nil:
+				t.interrupted = true
+				return -1
+			case err != nil || !ok:
+				t.printf("%s\n", silentMsg("cmatose"))
+				t.silent = true
+				return -int(syscall.ETIMEDOUT)
+			case wc[0].Status != roce.WCSuccess:
+				t.printf("cmatose: failed completion: status %d (%v)\n", int(wc[0].Status), wc[0].Status)
+				return -1
+			}
+		}
+	}
+	return 0
+}
+
+// connectError is a connection that failed: cmatose's event line; its
+// status becomes the return status.
+func (t *cmatose) connectError(err error) int {
+	name, st := cmEvent(err)
+	t.printf("cmatose: event: %s, error: %d\n", name, st)
+	t.connectsLeft--
+	return st
+}
+
+// runServer is cmatose's run_server.
+func (t *cmatose) runServer(ctx context.Context, bind netip.AddrPort, gerr *gaiError, ierr *ifaceError) int {
+	t.printf("cmatose: starting server\n")
+	if gerr != nil {
+		t.printf("cmatose: getrdmaaddr error: %s\n", gerr.msg)
+		return gerr.code
+	}
+	if ierr != nil {
+		perror(t.stderr, "cmatose: bind address failed", ierr.errno)
+		return -1
+	}
+	l, err := t.d.agent.Listen(bind, &cm.ListenOptions{PortSpace: t.o.ps})
+	if err != nil {
+		perror(t.stderr, "cmatose: bind address failed", syscall.EADDRINUSE)
+		return -1
+	}
+	defer l.Close()
+	listening()
+	// connect_events: accept requests until -c connections are up.
+	index := 0
+	for t.connectsLeft > 0 {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			t.interrupted = true
+			return -1
+		}
+		if index == len(t.nodes) {
+			t.printf("cmatose: failing connection request\n")
+			req.Reject(nil)
+			return -int(syscall.ENOMEM)
+		}
+		n := t.nodes[index]
+		index++
+		ret := t.initNode(n)
+		if ret == 0 {
+			ret = t.postRecvs(n)
+		}
+		if ret != 0 {
+			t.connectsLeft--
+			t.printf("cmatose: failing connection request\n")
+			req.Reject(nil)
+			return ret
+		}
+		actx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
+		n.conn, err = req.Accept(actx, n.qp, nil)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				t.interrupted = true
+				return -1
+			}
+			return t.connectError(err)
+		}
+		n.connected = true
+		t.connectsLeft--
+	}
+	if t.count != 0 {
+		t.printf("initiating data transfers\n")
+		for _, n := range t.nodes {
+			if ret := t.postSends(n); ret != 0 {
+				return ret
+			}
+		}
+		t.printf("completing sends\n")
+		if ret := t.pollCQs(ctx, cmatoseSendCQ); ret != 0 {
+			return ret
+		}
+		t.printf("receiving data transfers\n")
+		if ret := t.pollCQs(ctx, cmatoseRecvCQ); ret != 0 {
+			return ret
+		}
+		t.printf("data transfers complete\n")
+	}
+	if t.o.migrate {
+		t.printf("migrating to new event channel\n")
+	}
+	t.printf("cmatose: disconnecting\n")
+	ret := t.disconnectAll(ctx)
+	t.printf("disconnected\n")
+	return ret
+}
+
+// disconnectAll sends a DREQ on every connected node and waits for each
+// DISCONNECTED (the DREP or the DREQ's last time-out).
+func (t *cmatose) disconnectAll(ctx context.Context) int {
+	dctx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
+	defer cancel()
+	ret := 0
+	for _, n := range t.nodes {
+		if !n.connected {
+			continue
+		}
+		n.connected = false
+		if err := n.conn.Disconnect(dctx); err != nil {
+			if ctx.Err() != nil {
+				t.interrupted = true
+				return -1
+			}
+			t.printf("%s\n", silentMsg("cmatose"))
+			ret = -int(syscall.ETIMEDOUT)
+		}
+	}
+	return ret
+}
+
+// runClient is cmatose's run_client.
+func (t *cmatose) runClient(ctx context.Context, dst netip.AddrPort, src netip.Addr, gerr *gaiError, ierr *ifaceError) int {
+	t.printf("cmatose: starting client\n")
+	if gerr != nil {
+		t.printf("cmatose: getaddrinfo error: %s\n", gerr.msg)
+		return gerr.code
+	}
+	t.printf("cmatose: connecting\n")
+	if ierr != nil {
+		perror(t.stderr, "cmatose: failure getting addr", ierr.errno)
+		return -1
+	}
+	ret := t.connectAll(ctx, dst, src)
+	if t.interrupted {
+		return -1
+	}
+	if ret == 0 {
+		ret = t.exchange(ctx)
+		if t.interrupted {
+			return -1
+		}
+	}
+	// disconnect_events: the server's DREQ on each connection (the agent
+	// answers it, as cmatose's rdma_disconnect on DISCONNECTED does).
+	if t.silent {
+		return ret
+	}
+	deadline := time.NewTimer(cmPeerTimeout)
+	defer deadline.Stop()
+	for _, n := range t.nodes {
+		if !n.connected {
+			continue
+		}
+		select {
+		case <-n.conn.Done():
+			n.connected = false
+		case <-ctx.Done():
+			t.interrupted = true
+			return -1
+		case <-deadline.C:
+			t.printf("%s\n", silentMsg("cmatose"))
+			return -int(syscall.ETIMEDOUT)
+		}
+	}
+	return ret
+}
+
+// exchange is the client's data phase: message_count receives on each
+// connection, then as many SENDs back; then -m's line.
+func (t *cmatose) exchange(ctx context.Context) int {
+	if t.count != 0 {
+		t.printf("receiving data transfers\n")
+		if ret := t.pollCQs(ctx, cmatoseRecvCQ); ret != 0 {
+			return ret
+		}
+		t.printf("sending replies\n")
+		for _, n := range t.nodes {
+			if ret := t.postSends(n); ret != 0 {
+				return ret
+			}
+		}
+		t.printf("data transfers complete\n")
+	}
+	if t.o.migrate {
+		t.printf("migrating to new event channel\n")
+	}
+	return 0
+}
+
+// connectAll resolves and connects every node at once, as cmatose's
+// rdma_resolve_addr calls and connect_events: each node's resources and
+// receives are ready before its REQ; the first failure ends the wait.
+func (t *cmatose) connectAll(ctx context.Context, dst netip.AddrPort, src netip.Addr) int {
+	if t.connectsLeft <= 0 {
+		return 0
+	}
+	type dialed struct {
+		n    *cmatoseNode
+		conn *cm.Conn
+		ret  int // init_node or post_recvs failed
+		err  error
+	}
+	results := make(chan dialed, len(t.nodes))
+	dctx, cancel := context.WithTimeout(ctx, 2*cmPeerTimeout)
+	defer cancel()
+	opts := &cm.DialOptions{Src: src, PortSpace: t.o.ps, TOS: t.o.tos,
+		Param: &cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5}}
+	for _, n := range t.nodes {
+		// route_handler, once the address and route are resolved.
+		if err := resolvePeer(dctx, t.d.dev, dst.Addr()); err != nil {
+			results <- dialed{n: n, err: errAddr}
+			continue
+		}
+		if ret := t.initNode(n); ret != 0 {
+			results <- dialed{n: n, ret: ret}
+			continue
+		}
+		if ret := t.postRecvs(n); ret != 0 {
+			results <- dialed{n: n, ret: ret}
+			continue
+		}
+		go func() {
+			c, err := t.d.agent.Dial(dctx, dst, n.qp, opts)
+			results <- dialed{n: n, conn: c, err: err}
+		}()
+	}
+	for t.connectsLeft > 0 {
+		var r dialed
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			t.interrupted = true
+			return -1
+		}
+		switch {
+		case r.ret != 0:
+			t.connectsLeft--
+			return r.ret
+		case r.err == errAddr:
+			t.printf("cmatose: event: RDMA_CM_EVENT_ADDR_ERROR, error: %d\n", -int(syscall.ETIMEDOUT))
+			t.connectsLeft--
+			return -int(syscall.ETIMEDOUT)
+		case r.err != nil:
+			if ctx.Err() != nil {
+				t.interrupted = true
+				return -1
+			}
+			return t.connectError(r.err)
+		}
+		r.n.conn, r.n.connected = r.conn, true
+		t.connectsLeft--
+	}
+	return 0
+}
+
+// errAddr marks a node whose address did not resolve.
+var errAddr = fmt.Errorf("address resolution failed")
+
+// destroyNodes releases every node (destroy_nodes); a connection still up
+// goes as rdma_destroy_id makes it go.
+func (t *cmatose) destroyNodes() {
+	for _, n := range t.nodes {
+		if n.conn != nil {
+			n.conn.Close()
+		}
+		if n.qp != nil {
+			n.qp.Destroy()
+		}
+		for _, cq := range n.cq {
+			if cq != nil {
+				cq.Destroy()
+			}
+		}
+		if n.mr != nil {
+			n.mr.Dereg()
+		}
+		if n.pd != nil {
+			n.pd.Dealloc()
+		}
+	}
+}
