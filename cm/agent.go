@@ -851,8 +851,9 @@ func (r *Request) Accept(ctx context.Context, q *roce.QP, p *ConnParam) (*Conn, 
 	if param.ACKTimeout != 0 {
 		timeout = param.ACKTimeout
 	}
-	rtr, rtrMask := rtrAttrs(av, mtu, f.LocalQPN, f.StartingPSN, param.ResponderResources, param.MinRNRTimer)
-	rts, rtsMask := rtsAttrs(psn, timeout, f.RetryCount, f.RNRRetryCount, param.InitiatorDepth)
+	sq, rq := connPSNs(false, f.StartingPSN, psn)
+	rtr, rtrMask := rtrAttrs(av, mtu, f.LocalQPN, rq, param.ResponderResources, param.MinRNRTimer)
+	rts, rtsMask := rtsAttrs(sq, timeout, f.RetryCount, f.RNRRetryCount, param.InitiatorDepth)
 	if err := readyQP(q, rtr, rtrMask, rts, rtsMask); err != nil {
 		r.Reject(nil)
 		return nil, fmt.Errorf("cm: accept: %w", err)
@@ -997,12 +998,13 @@ func (a *Agent) Dial(ctx context.Context, dst netip.AddrPort, q *roce.QP, o *Dia
 	rep := &c.rep
 	c.param.ResponderResources, c.param.InitiatorDepth = rep.InitiatorDepth, rep.ResponderResources
 	c.param.RNRRetryCount = rep.RNRRetryCount
-	rtr, rtrMask := rtrAttrs(av, mtu, rep.LocalQPN, rep.StartingPSN, rep.InitiatorDepth, p.MinRNRTimer)
+	sq, rq := connPSNs(true, psn, rep.StartingPSN)
+	rtr, rtrMask := rtrAttrs(av, mtu, rep.LocalQPN, rq, rep.InitiatorDepth, p.MinRNRTimer)
 	timeout := ackTimeout(rep.TargetACKDelay, PacketLifeTime)
 	if p.ACKTimeout != 0 {
 		timeout = p.ACKTimeout
 	}
-	rts, rtsMask := rtsAttrs(psn, timeout, p.RetryCount, rep.RNRRetryCount, rep.ResponderResources)
+	rts, rtsMask := rtsAttrs(sq, timeout, p.RetryCount, rep.RNRRetryCount, rep.ResponderResources)
 	if err := readyQP(q, rtr, rtrMask, rts, rtsMask); err != nil {
 		a.do(func(now time.Duration) error {
 			err := a.eng.Reject(now, c.id, mad.RejConsumerDefined, nil, nil)

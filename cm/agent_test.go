@@ -156,6 +156,11 @@ func TestDialAccept(t *testing.T) {
 	if ca.SQPSN != sa.RQPSN || sa.SQPSN != ca.RQPSN || ca.DestQPN != server.qp.QPN() || sa.DestQPN != client.qp.QPN() {
 		t.Fatalf("PSNs/QPNs do not cross: client %+v server %+v", ca, sa)
 	}
+	// As the kernel's CM: the REQ's Starting PSN is the client's receive
+	// PSN, which the server sends from.
+	if psn := r.req.REQ().StartingPSN; uint32(ca.RQPSN) != psn || uint32(sa.SQPSN) != psn {
+		t.Fatalf("REQ Starting PSN %#x, client rq_psn %#x, server sq_psn %#x", psn, ca.RQPSN, sa.SQPSN)
+	}
 
 	copy(client.buf, "ping over rdma_cm")
 	if err := client.qp.PostSend(&roce.SendWR{ID: 2, Opcode: roce.WRSend, Flags: roce.SendSignaled, SGL: []roce.SGE{client.mr.SGE(0, 17)}}); err != nil {

@@ -107,17 +107,32 @@ var (
 	ErrAddrNotLocal = errors.New("not an address")
 )
 
+// connPSNs returns the PSNs a side sends from and receives from, given the
+// Starting PSNs of the REQ and the REP: each is what its sender receives
+// (the kernel's cm_req_handler and cm_rep_handler), so the active side
+// sends from the REP's and the passive side from the REQ's. rxe's rping
+// capture shows it: REQ 0xce3d5f, REP 0x2d66fc, and the client's first
+// SEND carries PSN 0x2d66fc.
+func connPSNs(active bool, reqPSN, repPSN uint32) (sq, rq uint32) {
+	if active {
+		return repPSN, reqPSN
+	}
+	return reqPSN, repPSN
+}
+
 // rtrAttrs are the RTR attributes of a connection's QP (the kernel's
-// cm_init_qp_rtr_attr): towards the peer's QP and first PSN, the REQ's
-// MTU, max_dest_rd_atomic the side's responder resources.
+// cm_init_qp_rtr_attr): towards the peer's QP, expecting the Starting PSN
+// this side sent (IBTA §12.7.9: a Starting PSN is what its sender
+// receives), the REQ's MTU, max_dest_rd_atomic the side's responder
+// resources.
 func rtrAttrs(av roce.AddressVector, mtu roce.MTU, destQPN, rqPSN uint32, respRes, minRNR uint8) (roce.Attr, roce.AttrMask) {
 	a := roce.Attr{State: roce.StateRTR, AV: av, PathMTU: mtu, DestQPN: destQPN, RQPSN: bth.PSN(rqPSN & bth.PSNMask),
 		MaxDestRdAtomic: respRes, MinRNRTimer: minRNR}
 	return a, roce.AttrState | roce.AttrAV | roce.AttrPathMTU | roce.AttrDestQPN | roce.AttrRQPSN
 }
 
-// rtsAttrs are the RTS attributes (cm_init_qp_rts_attr): the side's own
-// first PSN, the ACK time-out, the REQ's retry count, the RNR retry count
+// rtsAttrs are the RTS attributes (cm_init_qp_rts_attr): sending from the
+// peer's Starting PSN, the ACK time-out, the REQ's retry count, the RNR retry count
 // the side was given, max_rd_atomic its initiator depth.
 func rtsAttrs(sqPSN uint32, timeout, retry, rnr, initDepth uint8) (roce.Attr, roce.AttrMask) {
 	a := roce.Attr{State: roce.StateRTS, SQPSN: bth.PSN(sqPSN & bth.PSNMask), Timeout: timeout, RetryCnt: retry, RNRRetry: rnr,
