@@ -53,6 +53,8 @@ type Info struct {
 	GIDIndex   int // -1: not shown
 	Inline     int
 	OutReads   int
+	RDMACM     bool // -R: the QPs are connected with rdma_cm
+	TOS        int  // -R -T: the data connections' type of service; -1: not shown
 }
 
 // PrintInfo prints perftest's banner (ctx_print_test_info).
@@ -94,9 +96,25 @@ func PrintInfo(w io.Writer, in *Info) {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", in.OutReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
-	b.WriteString(ResultLine)
+	if !in.RDMACM {
+		b.WriteString(" rdma_cm QPs\t : OFF\n")
+		b.WriteString(" Data ex. method : Ethernet\n")
+		b.WriteString(ResultLine)
+		io.WriteString(w, b.String())
+		return
+	}
+	b.WriteString(" rdma_cm QPs\t : ON\n")
+	b.WriteString(" Data ex. method : rdma_cm")
+	if in.TOS >= 0 {
+		fmt.Fprintf(&b, " \tTOS    : %d", in.TOS)
+	}
+	if in.Server {
+		// perftest prints this once the QPs are connected already.
+		b.WriteString("\n" + ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP")
+	}
+	b.WriteString("\n" + ResultLine)
 	io.WriteString(w, b.String())
 }
 
@@ -110,7 +128,9 @@ func altHex(v uint64, width int) string {
 }
 
 // PrintDest prints a QP's address as perftest does (ctx_print_pingpong_data),
-// for the local side or the remote one.
+// for the local side or the remote one. With -R perftest prints with its
+// control connection's verb, SEND, whatever the test: no OUT, RKey or
+// VAddr; pass Send then.
 func PrintDest(w io.Writer, d *Dest, remote bool, verb Verb) {
 	side := "local"
 	if remote {

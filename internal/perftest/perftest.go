@@ -25,6 +25,14 @@
 //     exchanged apart; then a last address exchange and "done" with its NUL.
 //
 // Peers older than 5.70 are refused, as perftest itself does.
+//
+// With -R (rdma_cm) perftest carries the same exchange over an RC
+// connection that librdmacm makes instead of TCP (the control connection,
+// on the same port, with no READs or atomics): each message is one SEND of
+// its size into a 56-byte receive that each side keeps posted, and the
+// address of step 4 is struct pingpong_dest itself, 56 bytes, its integers
+// big-endian (PutPingpongDest); there is no "done" at the end. NewCMConn
+// speaks that form over a Transport that sends and receives the SENDs.
 package perftest
 
 import (
@@ -51,33 +59,61 @@ const VersionSize = 16
 // ErrBadMessage: a message from the peer did not parse.
 var ErrBadMessage = errors.New("perftest: malformed message")
 
-// Conn is the exchange's TCP connection. Its methods are not safe for
-// concurrent use.
+// Transport carries the exchange's messages, one at a time each way.
+type Transport interface {
+	// Send sends b as one message.
+	Send(b []byte) error
+	// Recv receives the next message and copies its first len(b) bytes
+	// into b; a shorter message is an error.
+	Recv(b []byte) error
+}
+
+// stream is the Transport of a TCP connection: a message is its bytes in
+// the stream.
+type stream struct{ c net.Conn }
+
+func (s stream) Send(b []byte) error {
+	_, err := s.c.Write(b)
+	return err
+}
+
+func (s stream) Recv(b []byte) error {
+	_, err := io.ReadFull(s.c, b)
+	return err
+}
+
+// Conn is one side of the exchange, over TCP or over perftest's rdma_cm
+// control connection. Its methods are not safe for concurrent use.
 type Conn struct {
-	c      net.Conn
+	t      Transport
+	tcp    net.Conn // nil over rdma_cm
 	client bool
 	// RemoteVersion is the peer's version string, once Versions ran.
 	RemoteVersion string
 }
 
-// NewConn wraps c; client says which side writes first.
-func NewConn(c net.Conn, client bool) *Conn { return &Conn{c: c, client: client} }
+// NewConn speaks the exchange over the TCP connection c; client says
+// which side writes first.
+func NewConn(c net.Conn, client bool) *Conn { return &Conn{t: stream{c}, tcp: c, client: client} }
 
-// Exchange sends mine and reads len(theirs) bytes into theirs: the client
-// writes first, the server reads first.
+// NewCMConn speaks the exchange as perftest -R does, over t, the rdma_cm
+// control connection: addresses are struct pingpong_dest (56 bytes) and
+// Close sends no "done".
+func NewCMConn(t Transport, client bool) *Conn { return &Conn{t: t, client: client} }
+
+// Exchange sends mine and receives len(theirs) bytes into theirs: the
+// client sends first, the server receives first.
 func (c *Conn) Exchange(mine, theirs []byte) error {
 	if c.client {
-		if _, err := c.c.Write(mine); err != nil {
+		if err := c.t.Send(mine); err != nil {
 			return err
 		}
-		_, err := io.ReadFull(c.c, theirs)
+		return c.t.Recv(theirs)
+	}
+	if err := c.t.Recv(theirs); err != nil {
 		return err
 	}
-	if _, err := io.ReadFull(c.c, theirs); err != nil {
-		return err
-	}
-	_, err := c.c.Write(mine)
-	return err
+	return c.t.Send(mine)
 }
 
 // Versions exchanges version strings and checks the peer's.
@@ -165,6 +201,9 @@ type Dest struct {
 	VAddr    uint64 // where the peer may write or read
 	GID      [16]byte
 	SRQN     uint32
+	// GIDIndex is the sender's GID index: only the rdma_cm form carries
+	// it, and perftest does not read it.
+	GIDIndex int32
 }
 
 // DestSize is the size of an address message with a GID; DestSizeNoGID
@@ -217,9 +256,18 @@ func ParseDest(b []byte) (Dest, error) {
 // HandShake exchanges addresses: the client sends first.
 func (c *Conn) HandShake(my *Dest) (Dest, error) {
 	var m, t [DestSize]byte
-	my.Marshal(m[:])
-	if err := c.Exchange(m[:], t[:]); err != nil {
+	n := DestSize
+	if c.tcp == nil {
+		n = PingpongDestSize
+		my.PutPingpongDest(m[:n])
+	} else {
+		my.Marshal(m[:])
+	}
+	if err := c.Exchange(m[:n], t[:n]); err != nil {
 		return Dest{}, fmt.Errorf("address exchange: %w", err)
+	}
+	if c.tcp == nil {
+		return ParsePingpongDest(t[:n])
 	}
 	return ParseDest(t[:])
 }
@@ -277,15 +325,20 @@ func (c *Conn) BWReports(my BWReport) (BWReport, error) {
 }
 
 // Close ends the exchange as perftest does: a last address exchange, then
-// "done" and its NUL; the connection is closed.
+// over TCP "done" and its NUL, and the connection is closed. Over rdma_cm
+// the last exchange is all; the caller ends the connections.
 func (c *Conn) Close(my *Dest) error {
-	defer c.c.Close()
+	if c.tcp == nil {
+		_, err := c.HandShake(my)
+		return err
+	}
+	defer c.tcp.Close()
 	if _, err := c.HandShake(my); err != nil {
 		return err
 	}
 	// The peer writes its "done" and closes without reading ours, so
 	// a peer already gone is no failure.
-	if _, err := c.c.Write([]byte("done\x00")); err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+	if _, err := c.tcp.Write([]byte("done\x00")); err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 		return fmt.Errorf("send done: %w", err)
 	}
 	return nil

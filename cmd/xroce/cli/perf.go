@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -38,13 +37,20 @@ round trip, as perftest reports).
 The exchange is that of perftest 4.5 (Debian bookworm's perftest
 4.5+0.17-1, version 6.06 on the wire) and of later releases that keep it;
 peers older than 5.70 are refused, as perftest does. -F is accepted (there is
-no CPU frequency to check); -R (rdma_cm) is not supported yet. A progress line
-goes to stderr every 2 seconds of a long run.`
+no CPU frequency to check). A progress line goes to stderr every 2 seconds of
+a long run.
+
+With -R both ends connect as perftest -R does, through RDMA CM on the same
+port: one RC connection that carries the exchange in place of TCP, and one
+connection for each data QP; run the peer with -R too. -R takes RC only: UC
+is refused as perftest refuses it, and UD, whose rdma_cm connections are
+made with SIDR, is not supported yet.`
 
 const perfExamples = `  xroce perf write_bw -d eth0                      # server
   xroce perf write_bw -d eth0 -s 65536 -n 5000 198.18.0.1
   xroce perf read_lat -a -n 100 198.18.0.1
   xroce perf send_bw -D 10 --report_gbits 198.18.0.1
+  xroce perf write_bw -R -q 4 198.18.0.1          # QPs connected with rdma_cm (ib_write_bw -R)
   ib_write_bw -d rxe0 -x 1 198.18.0.2              # perftest as the client of an xroce server`
 
 func init() {
@@ -89,6 +95,9 @@ type perfOptions struct {
 	statDir    string
 	timeout    time.Duration
 	host       string
+	rdmaCM     bool // -R: connect with rdma_cm
+	tos        int  // -T: the data connections' type of service; -1: none
+	retry      int  // --retry_count: the rdma_cm connections' retry counts
 }
 
 // perfModes are perf tests that are not perftest's: each parses its own
@@ -101,8 +110,9 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 			return run(ctx, e, args[1:])
 		}
 	}
-	o := perfOptions{port: 18515, gid: -1, qps: 1, conn: "RC", size: -1, iters: -1, txDepth: -1, rxDepth: 512, cqMod: -1, atomicType: "FETCH_AND_ADD"}
-	var cpuFreq, rdmaCM bool
+	o := perfOptions{port: 18515, gid: -1, qps: 1, conn: "RC", size: -1, iters: -1, txDepth: -1, rxDepth: 512, cqMod: -1,
+		atomicType: "FETCH_AND_ADD", tos: -1, retry: perfRetryCount}
+	var cpuFreq bool
 	var ibPort int
 	fs := newFlagSet(e, "perf", "TEST [flags] [HOST]", perfAbout, perfExamples)
 	fs.IntVar(&o.size, "s", o.size, "message size in `bytes` (default 65536 for bandwidth, 2 for latency, 8 for atomics)")
@@ -112,7 +122,7 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.qps, "q", o.qps, "`number` of QPs (bandwidth tests)")
 	fs.IntVar(&o.mtu, "m", 0, "path MTU in `bytes` (256 … 4096; default the interface's RoCE MTU)")
 	fs.IntVar(&o.gid, "x", o.gid, "local GID `index` (default: the first IPv4-mapped GID)")
-	fs.IntVar(&o.port, "p", o.port, "TCP `port` of the exchange")
+	fs.IntVar(&o.port, "p", o.port, "`port` of the exchange (TCP; with -R, the rdma_cm port of every connection)")
 	fs.StringVar(&o.dev, "d", "", "network `interface` to use (the device)")
 	fs.IntVar(&ibPort, "i", 1, "`port` of the device (only 1 exists)")
 	fs.BoolVar(&o.gbits, "report_gbits", false, "report Gbit/s instead of MB/s")
@@ -122,12 +132,15 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.cqMod, "Q", o.cqMod, "ask for a completion every `N` messages (default 100 for bandwidth, 1 for latency)")
 	fs.StringVar(&o.atomicType, "A", o.atomicType, "atomic `type`: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&cpuFreq, "F", false, "accepted, ignored (perftest: do not fail on CPU frequency differences)")
-	fs.BoolVar(&rdmaCM, "R", false, "connect QPs with rdma_cm (not supported yet)")
+	fs.BoolVar(&o.rdmaCM, "R", false, "connect the QPs with rdma_cm, as perftest -R (RC only)")
+	fs.IntVar(&o.tos, "T", o.tos, "type of service `tos` (0..255) of the rdma_cm data connections (with -R)")
+	fs.IntVar(&o.retry, "retry_count", o.retry, "retry `count` of the rdma_cm connections (with -R; at most 7 is used)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long`")
 	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")
 	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"D", "duration"}, {"a", "all"}, {"q", "qp"},
 		{"m", "mtu"}, {"x", "gid-index"}, {"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"c", "connection"},
-		{"t", "tx-depth"}, {"r", "rx-depth"}, {"Q", "cq-mod"}, {"A", "atomic_type"}, {"F", "CPU-freq"}, {"R", "rdma_cm"}} {
+		{"t", "tx-depth"}, {"r", "rx-depth"}, {"Q", "cq-mod"}, {"A", "atomic_type"}, {"F", "CPU-freq"}, {"R", "rdma_cm"},
+		{"T", "tos"}} {
 		f := fs.Lookup(a[0])
 		fs.Var(f.Value, a[1], "same as -"+a[0])
 	}
@@ -152,9 +165,6 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	}
 	if len(pos) == 2 {
 		o.host = pos[1]
-	}
-	if rdmaCM {
-		return usagef("perf: -R (rdma_cm) is not supported yet: leave it out, the QPs are then connected over the TCP exchange")
 	}
 	if ibPort != 1 {
 		return usagef("perf: -i %d: an xroce device has one port, 1", ibPort)
@@ -234,6 +244,16 @@ func (o *perfOptions) check() error {
 		return usagef("perf: -A %s: want FETCH_AND_ADD or CMP_AND_SWAP", o.atomicType)
 	case o.timeout <= 0:
 		return usagef("perf: -timeout %v: want a positive duration", o.timeout)
+	case o.rdmaCM && o.conn == "UC":
+		return usagef("perf: -R with -c UC: UC is not supported in librdmacm (perftest refuses it too): use -c RC, or leave out -R")
+	case o.rdmaCM && o.conn == "UD":
+		return usagef("perf: -R with -c UD is not supported yet: rdma_cm connects UD QPs with SIDR, which xroce's cm does not speak yet; leave out -R (the TCP exchange connects UD QPs)")
+	case o.tos != -1 && !o.rdmaCM:
+		return usagef("perf: -T %d: TOS is only valid for rdma_cm QPs: add -R", o.tos)
+	case o.tos < -1 || o.tos > 255:
+		return usagef("perf: -T %d: want a type of service 0..255", o.tos)
+	case o.retry < 0:
+		return usagef("perf: --retry_count %d: want 0 or more", o.retry)
 	}
 	if t.verb == perftest.Atomic && o.all {
 		return usagef("perf: atomics are 8 bytes: leave out -a")
@@ -288,7 +308,8 @@ type perfRun struct {
 	server  bool
 	dev     *roce.Device
 	conn    *perftest.Conn
-	tcp     net.Conn
+	ctl     interface{ SetDeadline(time.Time) error } // the exchange's connection: TCP, or rdma_cm's (cm.ctl)
+	cm      *perfCM                                   // -R
 	pd      *roce.PD
 	scq     *roce.CQ
 	rcq     *roce.CQ
@@ -315,25 +336,57 @@ func perf(ctx context.Context, e *env, o *perfOptions) error {
 	defer dev.Close()
 	r := &perfRun{o: o, e: e, server: o.host == "", dev: dev, started: time.Now()}
 	r.phase.Store("connecting")
-	if r.server {
-		fmt.Fprint(e.stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-	}
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	if r.tcp, err = ppDial(setup, o.host, o.port, "perf"); err != nil {
+	if o.rdmaCM {
+		ok := false
+		defer func() { r.cmClose(ok) }()
+		if err := r.cmControl(ctx, setup); err != nil {
+			return err
+		}
+		if err := r.run(ctx); err != nil {
+			return r.cmErr(err)
+		}
+		ok = true
+		return nil
+	}
+	if r.server {
+		fmt.Fprint(e.stdout, perfWaiting)
+	}
+	tcp, err := ppDial(setup, o.host, o.port, "perf")
+	if err != nil {
 		return err
 	}
-	defer r.tcp.Close()
+	defer tcp.Close()
 	// Each exchange is bounded by the timeout; a cancelled ctx closes
 	// the connection.
-	stop := context.AfterFunc(ctx, func() { r.tcp.Close() })
+	stop := context.AfterFunc(ctx, func() { tcp.Close() })
 	defer stop()
-	r.conn = perftest.NewConn(r.tcp, !r.server)
+	r.ctl = tcp
+	r.conn = perftest.NewConn(tcp, !r.server)
+	return r.run(ctx)
+}
+
+// perfWaiting is what perftest's server prints before a client connects.
+const perfWaiting = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+
+// perfOutReads is the READs and atomics each side allows outstanding,
+// shown as out_reads.
+const perfOutReads = 16
+
+// run runs the test once the exchange's connection is up.
+func (r *perfRun) run(ctx context.Context) error {
+	o := r.o
 	if err := r.start(); err != nil {
 		return fmt.Errorf("perf: %w", err)
 	}
 	if err := r.resources(); err != nil {
 		return fmt.Errorf("perf: %w", err)
+	}
+	if o.rdmaCM {
+		if err := r.cmConnect(ctx); err != nil {
+			return fmt.Errorf("perf: %s: %w", o.test.name, err)
+		}
 	}
 	if err := r.test(ctx); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -344,8 +397,9 @@ func perf(ctx context.Context, e *env, o *perfOptions) error {
 	return nil
 }
 
-// deadline bounds the next exchange on the TCP connection by d.
-func (r *perfRun) deadline(d time.Duration) { r.tcp.SetDeadline(time.Now().Add(d)) }
+// deadline bounds the next exchanges (on the TCP connection, or rdma_cm's
+// control connection) by d.
+func (r *perfRun) deadline(d time.Duration) { r.ctl.SetDeadline(time.Now().Add(d)) }
 
 // start runs the first exchanges: versions, system data and MTU.
 func (r *perfRun) start() error {
@@ -423,8 +477,8 @@ func (r *perfRun) resources() error {
 			return err
 		}
 		r.qps = append(r.qps, p)
-		d := perftest.Dest{OutReads: 16, QPN: q.QPN(), PSN: rand.Uint32() & 0xffffff, RKey: p.mr.RKey(),
-			VAddr: p.mr.Addr() + uint64(half), GID: gid.GID.As16()}
+		d := perftest.Dest{OutReads: perfOutReads, QPN: q.QPN(), PSN: rand.Uint32() & 0xffffff, RKey: p.mr.RKey(),
+			VAddr: p.mr.Addr() + uint64(half), GID: gid.GID.As16(), GIDIndex: int32(gidIndex(r.dev, gid.GID))}
 		r.my = append(r.my, d)
 	}
 	r.rem = make([]perftest.Dest, o.qps)
@@ -436,12 +490,10 @@ func (r *perfRun) info() {
 	o := r.o
 	in := perftest.Info{Verb: o.test.verb, Atomic: o.atomicType, Latency: o.test.lat, Server: r.server,
 		Device: r.dev.Info().Name, QPs: o.qps, Connection: o.conn, TxDepth: o.txDepth, RxDepth: o.rxDepth,
-		CQMod: o.cqMod, MTU: r.mtu.Bytes(), GIDIndex: o.gid, OutReads: 16}
+		CQMod: o.cqMod, MTU: r.mtu.Bytes(), GIDIndex: o.gid, OutReads: perfOutReads, RDMACM: o.rdmaCM, TOS: o.tos}
 	// perftest picks a GID on RoCE and shows its index: so does this.
-	for i, g := range r.dev.GIDs() {
-		if g.As16() == r.my[0].GID && in.GIDIndex < 0 {
-			in.GIDIndex = i
-		}
+	if in.GIDIndex < 0 {
+		in.GIDIndex = int(r.my[0].GIDIndex)
 	}
 	perftest.PrintInfo(r.e.stdout, &in)
 }
@@ -456,7 +508,7 @@ func (r *perfRun) hsAll(print bool) error {
 		}
 		r.rem[i] = d
 		if print {
-			perftest.PrintDest(r.e.stdout, &r.rem[i], true, r.o.test.verb)
+			perftest.PrintDest(r.e.stdout, &r.rem[i], true, r.destVerb())
 		}
 	}
 	return nil
@@ -510,10 +562,29 @@ func (r *perfRun) connect(ctx context.Context) error {
 	return nil
 }
 
+// destVerb is the verb the addresses are printed for: with -R perftest
+// prints them as its control connection's, a SEND's.
+func (r *perfRun) destVerb() perftest.Verb {
+	if r.o.rdmaCM {
+		return perftest.Send
+	}
+	return r.o.test.verb
+}
+
+// gidIndex is the index of gid in dev's table, -1 if it is not there.
+func gidIndex(dev *roce.Device, gid netip.Addr) int {
+	for i, g := range dev.GIDs() {
+		if g.As16() == gid.As16() {
+			return i
+		}
+	}
+	return -1
+}
+
 // printLocal prints this side's addresses.
 func (r *perfRun) printLocal() {
 	for i := range r.my {
-		perftest.PrintDest(r.e.stdout, &r.my[i], false, r.o.test.verb)
+		perftest.PrintDest(r.e.stdout, &r.my[i], false, r.destVerb())
 	}
 }
 
@@ -531,8 +602,10 @@ func (r *perfRun) test(ctx context.Context) error {
 	if err := r.hsAll(false); err != nil {
 		return err
 	}
-	if err := r.connect(ctx); err != nil {
-		return err
+	if !o.rdmaCM { // else rdma_cm connected them
+		if err := r.connect(ctx); err != nil {
+			return err
+		}
 	}
 	if o.statDir != "" {
 		// Best effort: xroce stat is a convenience, not a reason to fail.
