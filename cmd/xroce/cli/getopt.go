@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The clones of rdma-core's librdmacm examples (rping, ucmatose,
+// The clones of rdma-core's librdmacm examples (rping, ucmatose, udaddy,
 // rdma_server, rdma_client) read their command lines as the originals do,
 // with glibc's getopt(3), so that a script written for one runs the other:
 // clustered flags (-vVd), an argument stuck to its flag (-S64) or in the

@@ -18,11 +18,11 @@ import (
 	"github.com/xroce/xroce/roce"
 )
 
-// What the clones of librdmacm's examples (rping, ucmatose, rdma_server,
-// rdma_client) share: the device an address belongs to, address look-ups
-// with getaddrinfo's errors, the rdma_cm event a failed connection would
-// have been, and waits for completions that give up when the peer has
-// gone quiet.
+// What the clones of librdmacm's examples (rping, ucmatose, udaddy,
+// rdma_server, rdma_client) share: the device an address belongs to,
+// address look-ups with getaddrinfo's errors, the rdma_cm event a failed
+// connection would have been, and waits for completions that give up when
+// the peer has gone quiet.
 
 // cmPeerTimeout bounds every wait for a connected peer (a completion, a
 // DREP, the end of an accept): the originals wait for ever there, a clone
@@ -214,13 +214,18 @@ func (d *cmDevice) Close() {
 }
 
 // cmEvent is the rdma_cm event, and its status, by which librdmacm would
-// have reported err of Dial or Accept: the peer's REJ reason, -ETIMEDOUT
-// for a peer that never answered, an errno otherwise.
+// have reported err of Dial, Accept or ResolveUD: the peer's REJ reason,
+// the SIDR_REP's status (the kernel's cma_sidr_rep_handler makes any but
+// "valid" UNREACHABLE), -ETIMEDOUT for a peer that never answered, an
+// errno otherwise.
 func cmEvent(err error) (string, int) {
 	var rej *cm.RejectError
+	var sidr *cm.SIDRError
 	switch {
 	case errors.As(err, &rej):
 		return "RDMA_CM_EVENT_REJECTED", int(rej.Reason)
+	case errors.As(err, &sidr):
+		return "RDMA_CM_EVENT_UNREACHABLE", int(sidr.Status)
 	case errors.Is(err, cm.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
 		return "RDMA_CM_EVENT_UNREACHABLE", -int(syscall.ETIMEDOUT)
 	case errors.Is(err, cm.ErrDisconnected), errors.Is(err, cm.ErrClosed):

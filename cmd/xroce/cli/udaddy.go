@@ -1,0 +1,620 @@
+//go:build linux
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"syscall"
+
+	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/mad"
+	"github.com/xroce/xroce/roce"
+)
+
+// xroce udaddy is rdma-core's udaddy (librdmacm/examples/udaddy.c,
+// rdma-core 44): -c UD QPs that find the server's QPs with SIDR (port
+// 7174 of rdma_cm's UDP port space, Q_Key 0x01234567), then -C datagrams
+// of -S bytes each way on each: the client sends first, SEND with
+// immediate carrying its QP number (big-endian); the server answers that
+// QP number at the address the first datagram came from (its GRH). Same
+// flags, same lines ("udaddy: ..."), the exit status is the "return
+// status". -d names the interface (the device); udaddy has no -d.
+
+func init() {
+	register("udaddy", "RDMA CM UD (SIDR) datagram test with a peer, as rdma-core's udaddy", runUdaddy)
+}
+
+// udaddyPort is udaddy's port: fixed, -p is the port space.
+const udaddyPort = 7174
+
+// udaddyOptions is udaddy's command line.
+type udaddyOptions struct {
+	dst, src    string // -s (client mode), -b
+	numeric     bool   // -f ip or gid: no name look-ups
+	ps          int32  // -p, -P: the port space, an int as udaddy keeps it
+	connections int    // -c
+	count       int    // -C
+	size        int    // -S
+	tos         uint8  // -t
+	setTOS      bool   //
+	ifname      string // -d (xroce's)
+}
+
+// udaddyUsage prints udaddy's usage (stdout) for program name.
+func udaddyUsage(w io.Writer, name string) {
+	fmt.Fprintf(w, "usage: %s\n", name)
+	fmt.Fprint(w, "\t[-s server_address]\n"+
+		"\t[-b bind_address]\n"+
+		"\t[-f address_format]\n"+
+		"\t    name, ip, ipv6, or gid\n"+
+		"\t[-P port_space]\n"+
+		"\t    udp or ipoib\n"+
+		"\t[-c connections]\n"+
+		"\t[-C message_count]\n"+
+		"\t[-S message_size]\n"+
+		"\t[-t type_of_service]\n")
+	fmt.Fprintf(w, "\t[-p port_space - %#x for UDP (default), %#x for IPOIB]\n", int(mad.PortSpaceUDP), int(mad.PortSpaceIPoIB))
+}
+
+// parseUdaddy reads udaddy's command line as its main does: glibc's
+// message and the usage, status 1, for a mistake.
+func parseUdaddy(stdout, stderr io.Writer, args []string) (o *udaddyOptions, code int, done bool) {
+	o = &udaddyOptions{ps: int32(mad.PortSpaceUDP), connections: 1, count: 10, size: 100}
+	opts, _ := getopt(args, "s:b:c:C:S:t:p:P:f:d:")
+	for _, op := range opts {
+		switch op.c {
+		case 's':
+			o.dst = op.arg
+		case 'b':
+			o.src = op.arg
+		case 'c':
+			o.connections = atoi(op.arg)
+		case 'C':
+			o.count = atoi(op.arg)
+		case 'S':
+			o.size = atoi(op.arg)
+		case 't':
+			o.setTOS, o.tos = true, strtoul8(op.arg)
+		case 'p':
+			v, _ := strtol(op.arg, 0)
+			o.ps = int32(v)
+		case 'f':
+			switch {
+			case hasPrefixFold(op.arg, "ip"), hasPrefixFold(op.arg, "gid"):
+				o.numeric = true
+			case !hasPrefixFold(op.arg, "name"):
+				fmt.Fprintln(stderr, "Warning: unknown address format")
+			}
+		case 'P':
+			switch {
+			case hasPrefixFold(op.arg, "ipoib"):
+				o.ps = int32(mad.PortSpaceIPoIB)
+			case !hasPrefixFold(op.arg, "udp"):
+				fmt.Fprintln(stderr, "Warning: unknown port space format")
+			}
+		case 'd':
+			o.ifname = op.arg
+		default:
+			fmt.Fprintf(stderr, "udaddy: %s\n", op.msg)
+			udaddyUsage(stdout, "udaddy")
+			return nil, 1, true
+		}
+	}
+	return o, 0, false
+}
+
+func runUdaddy(ctx context.Context, e *env, args []string) error {
+	o, code, done := parseUdaddy(e.stdout, e.stderr, args)
+	if done {
+		return status(code)
+	}
+	t := &udaddy{o: o, stdout: e.stdout, stderr: e.stderr, count: o.count}
+	return status(t.run(ctx))
+}
+
+// udaddy is one run of udaddy.
+type udaddy struct {
+	o              *udaddyOptions
+	stdout, stderr io.Writer
+	count          int // message_count, which a message size of 0 sets to 0
+	nodes          []*udaddyNode
+	d              *cmDevice
+	connectsLeft   int
+	interrupted    bool
+}
+
+// udaddyNode is one UD QP with its own PD, CQ (sends and receives) and
+// message buffer, as udaddy's struct cmatest_node; av, remoteQPN and
+// remoteQKey are where its datagrams go (ibv_ah, remote_qpn, remote_qkey).
+type udaddyNode struct {
+	pd         *roce.PD
+	cq         *roce.CQ
+	qp         *roce.QP
+	mr         *roce.MR
+	buf        []byte
+	av         *roce.AddressVector
+	remoteQPN  uint32
+	remoteQKey uint32
+	connected  bool
+}
+
+func (t *udaddy) printf(format string, a ...any) { fmt.Fprintf(t.stdout, format, a...) }
+
+// portSpace is the port space as the kernel's rdma_cm takes it (a 16-bit
+// field of rdma_create_id), and whether it knows it.
+func (t *udaddy) portSpace() (mad.PortSpace, bool) {
+	ps := mad.PortSpace(uint16(t.o.ps))
+	switch ps {
+	case mad.PortSpaceIPoIB, mad.PortSpaceTCP, mad.PortSpaceUDP, mad.PortSpaceIB:
+		return ps, true
+	}
+	return ps, false
+}
+
+// run is udaddy's main after the command line: its exit status is the
+// return status it prints.
+func (t *udaddy) run(ctx context.Context) int {
+	o := t.o
+	if o.connections < 0 {
+		t.printf("udaddy: unable to allocate memory for test nodes\n")
+		return 1
+	}
+	t.connectsLeft = o.connections
+	// The device, found before anything is printed, as ucmatose's.
+	var local, peer netip.Addr
+	var gerr *gaiError
+	if o.src != "" {
+		local, gerr = lookupAddr(ctx, o.src, o.numeric)
+	}
+	if o.dst != "" && gerr == nil {
+		peer, gerr = lookupAddr(ctx, o.dst, o.numeric)
+	}
+	var ierr *ifaceError
+	var ifname string
+	if gerr == nil {
+		ifname, ierr = cmInterface(o.ifname, local, peer)
+	}
+	if gerr == nil && (ierr == nil || ierr.errno == syscall.ENODEV) {
+		var err error
+		if ierr != nil && o.dst == "" {
+			err = fmt.Errorf("%v: name one with -d INTERFACE", ierr)
+		} else if ierr != nil {
+			err = ierr
+		} else {
+			t.d, err = openCM(ifname)
+		}
+		if err != nil {
+			fmt.Fprintf(t.stderr, "udaddy: %v\n", err)
+			fmt.Fprintln(t.stderr, "No RDMA devices were detected")
+			return 1
+		}
+		defer t.d.Close()
+	}
+	// alloc_nodes: the client's rdma_create_id calls refuse a port space
+	// the kernel does not know, and udaddy exits without a word.
+	if _, ok := t.portSpace(); !ok && o.dst != "" && o.connections > 0 {
+		return 1
+	}
+	t.nodes = make([]*udaddyNode, o.connections)
+	for i := range t.nodes {
+		t.nodes[i] = &udaddyNode{}
+	}
+	defer t.destroyNodes()
+	var ret int
+	if o.dst != "" {
+		ret = t.runClient(ctx, netip.AddrPortFrom(peer, udaddyPort), local, gerr, ierr)
+	} else {
+		ret = t.runServer(ctx, netip.AddrPortFrom(local, udaddyPort), gerr, ierr)
+	}
+	if t.interrupted {
+		return exitInterrupted
+	}
+	t.printf("test complete\n")
+	t.printf("return status %d\n", ret)
+	return ret
+}
+
+// verifyParams is udaddy's verify_test_params: a datagram is one packet,
+// so -S may not exceed the port's active MTU.
+func (t *udaddy) verifyParams() int {
+	mtu := t.d.dev.Info().ActiveMTU.Bytes()
+	if t.count != 0 && t.o.size > mtu {
+		t.printf("udaddy: message_size %d is larger than active mtu %d\n", t.o.size, mtu)
+		return -int(syscall.EINVAL)
+	}
+	return 0
+}
+
+// initNode is udaddy's init_node: a PD, one CQ of twice message_count
+// entries, a UD QP at RTS with rdma_cm's Q_Key (as rdma_create_qp leaves
+// it) that signals only the sends asked to, the message buffer. It
+// returns the status (printing as udaddy does), 0 when all is well.
+func (t *udaddy) initNode(n *udaddyNode) int {
+	var err error
+	if n.pd, err = t.d.dev.AllocPD(); err != nil {
+		t.printf("udaddy: unable to allocate PD\n")
+		return -int(syscall.ENOMEM)
+	}
+	cqe, wr := 2, 1
+	if t.count != 0 {
+		cqe, wr = 2*t.count, t.count
+	}
+	if cqe > 0 {
+		n.cq, err = t.d.dev.CreateCQ(cqe)
+	}
+	if cqe <= 0 || err != nil {
+		t.printf("udaddy: unable to create CQ\n")
+		return -int(syscall.ENOMEM)
+	}
+	n.qp, err = n.pd.CreateQP(roce.QPConfig{Type: roce.UD, SendCQ: n.cq, RecvCQ: n.cq, MaxSendWR: wr, MaxRecvWR: wr, MaxSGE: 1})
+	errno := syscall.EINVAL
+	switch ps, _ := t.portSpace(); {
+	case err != nil:
+	case ps == mad.PortSpaceIPoIB:
+		// rdma_cm takes an IPoIB ID's Q_Key from the IB broadcast
+		// group, which a RoCE port has not: the kernel's
+		// rdma_init_qp_attr fails with ENODEV.
+		errno = syscall.ENODEV
+	case ps != mad.PortSpaceUDP:
+		// A TCP or IB port space makes an RC rdma_cm ID, whose QP
+		// attributes a UD QP refuses.
+	default:
+		err = n.qp.Connect(context.Background(), roce.Endpoint{}, roce.Endpoint{}, roce.ConnectOptions{QKey: mad.RDMAUDPQKey})
+		errno = 0
+		if err != nil {
+			errno = syscall.EINVAL
+		}
+	}
+	if errno != 0 {
+		perror(t.stderr, "udaddy: unable to create QP", errno)
+		return -1
+	}
+	// create_message
+	if t.o.size == 0 {
+		t.count = 0
+	}
+	if t.count == 0 {
+		return 0
+	}
+	if t.o.size < 0 || t.o.size > 1<<30 {
+		t.printf("failed message allocation\n")
+		t.printf("udaddy: failed to create messages: %d\n", -1)
+		return -1
+	}
+	// udaddy's receives all land in one buffer of -S bytes and the GRH;
+	// here the first has a slot of its own, so that its GRH, read for the
+	// server's reply, is not written again under the reader.
+	n.buf = make([]byte, 2*(t.o.size+udaddyGRH))
+	if n.mr, err = n.pd.RegMR(n.buf, roce.AccessLocalWrite); err != nil {
+		t.printf("failed to reg MR\n")
+		t.printf("udaddy: failed to create messages: %d\n", -1)
+		return -1
+	}
+	return 0
+}
+
+// udaddyGRH is the room for the GRH before a UD receive's data.
+const udaddyGRH = 40
+
+// postRecvs posts message_count receives of -S bytes and the GRH.
+func (t *udaddy) postRecvs(n *udaddyNode) int {
+	slot := t.o.size + udaddyGRH
+	for i := range t.count {
+		off := 0
+		if i > 0 {
+			off = slot
+		}
+		if err := n.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{n.mr.SGE(off, slot)}}); err != nil {
+			ret := postErrno(err)
+			t.printf("failed to post receives: %d\n", ret)
+			return ret
+		}
+	}
+	return 0
+}
+
+// postSends posts message_count SENDs with immediate of -S bytes to the
+// node's peer, the immediate being the node's QP number.
+func (t *udaddy) postSends(n *udaddyNode, flags roce.SendFlags) int {
+	if !n.connected || t.count == 0 {
+		return 0
+	}
+	for range t.count {
+		err := n.qp.PostSend(&roce.SendWR{Opcode: roce.WRSendWithImm, Flags: flags, SGL: []roce.SGE{n.mr.SGE(0, t.o.size)},
+			Imm: n.qp.QPN(), AV: n.av, RemoteQPN: n.remoteQPN, RemoteQKey: n.remoteQKey})
+		if err != nil {
+			ret := postErrno(err)
+			t.printf("failed to post sends: %d\n", ret)
+			return ret
+		}
+	}
+	return 0
+}
+
+// pollCQs is udaddy's poll_cqs: message_count completions on the CQ of
+// each connected node, failed ones included, as udaddy counts them. A
+// node without a peer address yet (the server's) takes it from its first
+// completion. It gives up on a peer silent for cmPeerTimeout.
+func (t *udaddy) pollCQs(ctx context.Context) int {
+	var wc [1]roce.WC
+	for _, n := range t.nodes {
+		if !n.connected {
+			continue
+		}
+		for range t.count {
+			ok, err := pollOne(ctx, n.cq, wc[:], nil, cmPeerTimeout)
+			switch {
+			case ctx.Err() != nil:
+				t.interrupted = true
+				return -1
+			case err != nil || !ok:
+				t.printf("%s\n", silentMsg("udaddy"))
+				return -int(syscall.ETIMEDOUT)
+			}
+			if n.av == nil {
+				// create_reply_ah: ibv_create_ah_from_wc, the immediate's
+				// QP number, the node's own Q_Key.
+				av, ok := udaddyReplyAV(n.buf[:udaddyGRH], &wc[0], t.d.dev.GIDs(), t.d.dev.Info().MAC)
+				if !ok {
+					t.printf("udaddy: failed to create reply AH\n")
+					return -1
+				}
+				n.av, n.remoteQPN, n.remoteQKey = &av, wc[0].Imm, mad.RDMAUDPQKey
+			}
+		}
+	}
+	return 0
+}
+
+// udaddyReplyAV is ibv_create_ah_from_wc on RoCE: the address vector
+// back to the sender of the receive wc whose GRH area is grh (an IPv6
+// header, or 20 bytes then an IPv4 header): to the sender's MAC and
+// address, from the address it was sent to (which must be one of gids)
+// and mac, with the hop limit and traffic class it came with. ok is false
+// where ibv_create_ah_from_wc fails: a failed completion, no GRH, a
+// multicast destination or one not of gids.
+func udaddyReplyAV(grh []byte, wc *roce.WC, gids []netip.Addr, mac []byte) (av roce.AddressVector, ok bool) {
+	if wc.Status != roce.WCSuccess || wc.Flags&roce.WCWithGRH == 0 || len(grh) < udaddyGRH {
+		return av, false
+	}
+	switch {
+	case grh[20]>>4 == 4:
+		ip := grh[20:]
+		av.TrafficClass, av.HopLimit = ip[1], ip[8]
+		av.DstIP = netip.AddrFrom4([4]byte(ip[12:16]))
+		av.SrcIP = netip.AddrFrom4([4]byte(ip[16:20]))
+		if av.SrcIP.IsMulticast() {
+			return av, false
+		}
+	case grh[0]>>4 == 6:
+		flow := uint32(grh[0])<<24 | uint32(grh[1])<<16 | uint32(grh[2])<<8 | uint32(grh[3])
+		av.TrafficClass, av.FlowLabel, av.HopLimit = uint8(flow>>20), flow&0xfffff, grh[7]
+		av.DstIP = netip.AddrFrom16([16]byte(grh[8:24])).Unmap()
+		av.SrcIP = netip.AddrFrom16([16]byte(grh[24:40])).Unmap()
+	default:
+		return av, false
+	}
+	local := false
+	for _, g := range gids {
+		local = local || g.Unmap().WithZone("") == av.SrcIP
+	}
+	if !local {
+		return av, false
+	}
+	av.DstMAC = wc.SrcMAC
+	copy(av.SrcMAC[:], mac)
+	return av, true
+}
+
+// runServer is udaddy's run_server.
+func (t *udaddy) runServer(ctx context.Context, bind netip.AddrPort, gerr *gaiError, ierr *ifaceError) int {
+	t.printf("udaddy: starting server\n")
+	ps, ok := t.portSpace()
+	if !ok {
+		perror(t.stderr, "udaddy: listen request failed", syscall.EINVAL)
+		return -1
+	}
+	if gerr != nil {
+		t.printf("udaddy: getrdmaaddr error: %s\n", gerr.msg)
+		return gerr.code
+	}
+	if ierr != nil {
+		perror(t.stderr, "udaddy: bind address failed", ierr.errno)
+		return -1
+	}
+	l, err := t.d.agent.Listen(bind, &cm.ListenOptions{PortSpace: ps})
+	if err != nil {
+		perror(t.stderr, "udaddy: bind address failed", syscall.EADDRINUSE)
+		return -1
+	}
+	defer l.Close()
+	listening()
+	// udaddy goes on after connect_events whatever it returns: with the
+	// connections it has.
+	t.connectEvents(ctx, l)
+	if t.interrupted {
+		return -1
+	}
+	if t.count != 0 {
+		t.printf("receiving data transfers\n")
+		if ret := t.pollCQs(ctx); ret != 0 {
+			return ret
+		}
+		t.printf("sending replies\n")
+		for _, n := range t.nodes {
+			if ret := t.postSends(n, roce.SendSignaled); ret != 0 {
+				return ret
+			}
+		}
+		if ret := t.pollCQs(ctx); ret != 0 {
+			return ret
+		}
+		t.printf("data transfers complete\n")
+	}
+	return 0
+}
+
+// connectEvents is the server's connect_events with connect_handler:
+// each request gets a node, its receives posted, and a SIDR_REP with the
+// node's QP number, until -c are answered or one fails.
+func (t *udaddy) connectEvents(ctx context.Context, l *cm.Listener) int {
+	index := 0
+	for t.connectsLeft > 0 {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			t.interrupted = true
+			return -1
+		}
+		n := t.nodes[index]
+		index++
+		ret := t.verifyParams()
+		if ret == 0 {
+			ret = t.initNode(n)
+		}
+		if ret == 0 {
+			ret = t.postRecvs(n)
+		}
+		if ret == 0 {
+			if err := req.AcceptUD(n.qp, nil); err != nil {
+				perror(t.stderr, "udaddy: failure accepting", syscall.EINVAL)
+				ret = -1
+			}
+		}
+		if ret != 0 {
+			t.connectsLeft--
+			t.printf("udaddy: failing connection request\n")
+			req.Reject(nil)
+			return ret
+		}
+		n.connected = true
+		t.connectsLeft--
+	}
+	return 0
+}
+
+// runClient is udaddy's run_client.
+func (t *udaddy) runClient(ctx context.Context, dst netip.AddrPort, src netip.Addr, gerr *gaiError, ierr *ifaceError) int {
+	t.printf("udaddy: starting client\n")
+	if gerr != nil {
+		t.printf("udaddy: getaddrinfo error: %s\n", gerr.msg)
+		return gerr.code
+	}
+	t.printf("udaddy: connecting\n")
+	if ierr != nil {
+		perror(t.stderr, "udaddy: failure getting addr", ierr.errno)
+		return -1
+	}
+	if ret := t.resolveAll(ctx, dst, src); ret != 0 || t.interrupted {
+		return ret
+	}
+	if t.count != 0 {
+		t.printf("initiating data transfers\n")
+		for _, n := range t.nodes {
+			if ret := t.postSends(n, 0); ret != 0 {
+				return ret
+			}
+		}
+		t.printf("receiving data transfers\n")
+		if ret := t.pollCQs(ctx); ret != 0 {
+			return ret
+		}
+		t.printf("data transfers complete\n")
+	}
+	return 0
+}
+
+// resolveAll is the client's rdma_resolve_addr calls and connect_events:
+// each node, its resources made and receives posted, asks the server for
+// a QP with SIDR (route_handler's rdma_connect), all at once; the first
+// failure ends the wait.
+func (t *udaddy) resolveAll(ctx context.Context, dst netip.AddrPort, src netip.Addr) int {
+	if t.connectsLeft <= 0 {
+		return 0
+	}
+	type resolved struct {
+		n      *udaddyNode
+		target *cm.UDTarget
+		ret    int // verify_test_params, init_node or post_recvs failed
+		err    error
+	}
+	results := make(chan resolved, len(t.nodes))
+	rctx, cancel := context.WithTimeout(ctx, 2*cmPeerTimeout)
+	defer cancel()
+	ps, _ := t.portSpace()
+	opts := &cm.DialOptions{Src: src, PortSpace: ps}
+	if t.o.setTOS {
+		opts.TOS = t.o.tos
+	}
+	for _, n := range t.nodes {
+		// A node that fails here ends connect_events before the next
+		// node's turn: launch no more.
+		if err := resolvePeer(rctx, t.d.dev, dst.Addr()); err != nil {
+			results <- resolved{n: n, err: errAddr}
+			break
+		}
+		ret := t.verifyParams()
+		if ret == 0 {
+			ret = t.initNode(n)
+		}
+		if ret == 0 {
+			ret = t.postRecvs(n)
+		}
+		if ret != 0 {
+			results <- resolved{n: n, ret: ret}
+			break
+		}
+		go func() {
+			target, err := t.d.agent.ResolveUD(rctx, dst, opts)
+			results <- resolved{n: n, target: target, err: err}
+		}()
+	}
+	for t.connectsLeft > 0 {
+		var r resolved
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			t.interrupted = true
+			return -1
+		}
+		t.connectsLeft--
+		switch {
+		case ctx.Err() != nil:
+			t.interrupted = true
+			return -1
+		case r.ret != 0:
+			return r.ret
+		case r.err == errAddr:
+			t.printf("udaddy: event: RDMA_CM_EVENT_ADDR_ERROR, error: %d\n", -int(syscall.ETIMEDOUT))
+			return -int(syscall.ETIMEDOUT)
+		case r.err != nil:
+			name, st := cmEvent(r.err)
+			t.printf("udaddy: event: %s, error: %d\n", name, st)
+			return st
+		}
+		// resolved_handler
+		r.n.av, r.n.remoteQPN, r.n.remoteQKey = &r.target.AV, r.target.QPN, r.target.QKey
+		r.n.connected = true
+	}
+	return 0
+}
+
+// destroyNodes releases every node (destroy_nodes).
+func (t *udaddy) destroyNodes() {
+	for _, n := range t.nodes {
+		if n.qp != nil {
+			n.qp.Destroy()
+		}
+		if n.cq != nil {
+			n.cq.Destroy()
+		}
+		if n.mr != nil {
+			n.mr.Dereg()
+		}
+		if n.pd != nil {
+			n.pd.Dealloc()
+		}
+	}
+}

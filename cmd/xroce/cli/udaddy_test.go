@@ -1,0 +1,405 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/mad"
+	"github.com/xroce/xroce/roce"
+)
+
+// The usage, as rdma-core 44's udaddy prints it (captured from Debian's
+// binary), and the flags' warnings.
+func TestUdaddyUsage(t *testing.T) {
+	usage, err := os.ReadFile("testdata/usage-udaddy-44.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The capture ran ./udaddy; the clone is udaddy.
+	want := strings.ReplaceAll(string(usage), "./udaddy", "udaddy")
+	for _, args := range [][]string{{"-C", "3", "-x"}, {"-h"}} {
+		var out, errb bytes.Buffer
+		err := Run(context.Background(), append([]string{"udaddy"}, args...), &out, &errb)
+		if want := strings.Replace(want, "'x'", "'"+args[len(args)-1][1:]+"'", 1); ExitCode(err) != 1 || !Reported(err) ||
+			errb.String()+out.String() != want {
+			t.Errorf("udaddy %q: exit %d, output:\n%s%s\nwant:\n%s", args, ExitCode(err), errb.String(), out.String(), want)
+		}
+	}
+	// xroce help udaddy: the usage, and no failure.
+	var out, errb bytes.Buffer
+	if err := Run(context.Background(), []string{"help", "udaddy"}, &out, &errb); err != nil ||
+		out.String() != strings.SplitN(want, "\n", 2)[1] {
+		t.Errorf("help udaddy: %v\n%s", err, out.String())
+	}
+
+	for _, tc := range []struct {
+		args   []string
+		want   udaddyOptions
+		stderr string
+	}{
+		{nil, udaddyOptions{ps: 0x111, connections: 1, count: 10, size: 100}, ""},
+		{[]string{"-s", "h", "-b", "a", "-c2", "-C", "20", "-S500", "-t", "0x20", "-f", "IP", "-P", "udp"},
+			udaddyOptions{dst: "h", src: "a", numeric: true, ps: 0x111, connections: 2, count: 20, size: 500, tos: 0x20, setTOS: true}, ""},
+		{[]string{"-P", "ipoib"}, udaddyOptions{ps: 2, connections: 1, count: 10, size: 100}, ""},
+		{[]string{"-p", "0x13f", "-P", "UDPX"}, udaddyOptions{ps: 0x13f, connections: 1, count: 10, size: 100}, ""},
+		{[]string{"-P", "tcp", "-f", "ipv6"}, udaddyOptions{numeric: true, ps: 0x111, connections: 1, count: 10, size: 100},
+			"Warning: unknown port space format\n"},
+		{[]string{"-f", "dns", "-d", "veth0"}, udaddyOptions{ps: 0x111, connections: 1, count: 10, size: 100, ifname: "veth0"},
+			"Warning: unknown address format\n"},
+	} {
+		var out, errb bytes.Buffer
+		o, _, done := parseUdaddy(&out, &errb, tc.args)
+		if done || *o != tc.want || errb.String() != tc.stderr || out.Len() != 0 {
+			t.Errorf("%q: %+v, stderr %q, want %+v, %q", tc.args, o, errb.String(), tc.want, tc.stderr)
+		}
+	}
+}
+
+// The reply's address vector from a receive's GRH area, as
+// ibv_create_ah_from_wc makes it: back to the sender, from the address
+// the datagram was sent to, with its TTL (hop limit) and TOS (traffic
+// class); refused without a GRH, for a failed completion, for a
+// multicast or foreign destination.
+func TestUdaddyReplyAV(t *testing.T) {
+	mac := []byte{2, 0, 0, 0, 0, 2}
+	peerMAC := [6]byte{2, 0, 0, 0, 0, 1}
+	a, b := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	gids := []netip.Addr{netip.MustParseAddr("fe80::2"), netip.AddrFrom16(b.As16())}
+	v4 := func(tos, ttl byte, src, dst netip.Addr) []byte {
+		g := make([]byte, 40)
+		ip := g[20:]
+		ip[0], ip[1], ip[8], ip[9] = 0x45, tos, ttl, 17
+		copy(ip[12:], src.AsSlice())
+		copy(ip[16:], dst.AsSlice())
+		return g
+	}
+	v6 := make([]byte, 40)
+	copy(v6, []byte{0x6a, 0xb1, 0x23, 0x45, 0, 0, 17, 9})
+	ll1 := netip.MustParseAddr("fe80::1").As16()
+	ll2 := netip.MustParseAddr("fe80::2").As16()
+	copy(v6[8:], ll1[:])
+	copy(v6[24:], ll2[:])
+	ok := roce.WC{Opcode: roce.WCRecv, Flags: roce.WCWithGRH | roce.WCWithImm, SrcMAC: peerMAC}
+	for _, tc := range []struct {
+		name string
+		grh  []byte
+		wc   roce.WC
+		want *roce.AddressVector
+	}{
+		{"ipv4", v4(0x48, 33, a, b), ok, &roce.AddressVector{DstMAC: peerMAC, SrcMAC: [6]byte(mac), DstIP: a, SrcIP: b, HopLimit: 33, TrafficClass: 0x48}},
+		{"ipv6", v6, ok, &roce.AddressVector{DstMAC: peerMAC, SrcMAC: [6]byte(mac), DstIP: netip.AddrFrom16(ll1), SrcIP: netip.AddrFrom16(ll2),
+			HopLimit: 9, TrafficClass: 0xab, FlowLabel: 0x12345}},
+		{"no-grh", v4(0, 64, a, b), roce.WC{Opcode: roce.WCRecv, SrcMAC: peerMAC}, nil},
+		{"failed", v4(0, 64, a, b), roce.WC{Status: roce.WCLocLenErr, Flags: roce.WCWithGRH}, nil},
+		{"multicast", v4(0, 64, a, netip.MustParseAddr("224.0.0.1")), ok, nil},
+		{"foreign", v4(0, 64, b, a), ok, nil},
+		{"garbage", make([]byte, 40), ok, nil},
+	} {
+		av, good := udaddyReplyAV(tc.grh, &tc.wc, gids, mac)
+		if good != (tc.want != nil) || good && av != *tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, av, good, tc.want)
+		}
+	}
+}
+
+const (
+	udaddyServerOut = "udaddy: starting server\nreceiving data transfers\nsending replies\ndata transfers complete\n" +
+		"test complete\nreturn status 0\n"
+	udaddyClientOut = "udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\n" +
+		"data transfers complete\ntest complete\nreturn status 0\n"
+)
+
+// Both roles against each other, between two network namespaces.
+func TestUdaddy(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	b := p.B.IP.String()
+	for _, tc := range []struct {
+		name           string
+		server, client []string
+		sout, cout     string
+	}{
+		{"default", nil, []string{"-s", b}, udaddyServerOut, udaddyClientOut},
+		{"many", []string{"-c", "2", "-C", "20", "-S", "500"}, []string{"-s", b, "-c", "2", "-C", "20", "-S", "500"},
+			udaddyServerOut, udaddyClientOut},
+		{"bound", []string{"-b", b, "-C", "5", "-S", "1024", "-f", "ip", "-P", "udp"},
+			[]string{"-s", b, "-b", p.A.IP.String(), "-C5", "-S1024", "-t", "0x20", "-f", "ip", "-p", "0x111"},
+			udaddyServerOut, udaddyClientOut},
+		{"no-data", []string{"-S", "0"}, []string{"-s", b, "-C", "0"},
+			"udaddy: starting server\ntest complete\nreturn status 0\n",
+			"udaddy: starting client\nudaddy: connecting\ntest complete\nreturn status 0\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, rc := cmServerClient(t, p, append([]string{"udaddy", "-d", p.B.Ifname}, tc.server...),
+				append([]string{"udaddy"}, tc.client...), 10*time.Second)
+			wantRun(t, "client", rc, 0, tc.cout, "")
+			wantRun(t, "server", rs, 0, tc.sout, "")
+		})
+	}
+}
+
+// A client refused: no UD listener on the port at the server's CM (its
+// SIDR_REP says "service ID not supported", status 1), a server that
+// fails the request (-S above its MTU: "rejected", status 2, while the
+// server goes on without it, as udaddy's does), no CM at all (silence,
+// -ETIMEDOUT); all reported as the kernel's rdma_cm reports them
+// (RDMA_CM_EVENT_UNREACHABLE with the status). And a client whose -S
+// does not fit the MTU.
+func TestUdaddyRefused(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	b := p.B.IP.String()
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	defer cancel()
+	refused := func(st string) string {
+		return "udaddy: starting client\nudaddy: connecting\nudaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: " + st +
+			"\ntest complete\nreturn status " + st + "\n"
+	}
+	listened := listenHook(t)
+
+	t.Run("no-listener", func(t *testing.T) {
+		// An rping server: a CM on B, listening on 7174 of the TCP port
+		// space only.
+		sc, stop := startServer(t, p.B, listened, "rping", "-s", "-p", "7174")
+		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", b), 1, refused("1"), "")
+		wantRun(t, "client -c 3", <-runIn(ctx, p.A, "udaddy", "-s", b, "-c", "3"), 1, refused("1"), "")
+		stop()
+		<-sc
+	})
+
+	t.Run("server-mtu", func(t *testing.T) {
+		sc, _ := startServer(t, p.B, listened, "udaddy", "-d", p.B.Ifname, "-S", "2000")
+		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", b), 2, refused("2"), "")
+		wantRun(t, "server", <-sc, 0, "udaddy: starting server\nudaddy: message_size 2000 is larger than active mtu 1024\n"+
+			"udaddy: failing connection request\n"+strings.TrimPrefix(udaddyServerOut, "udaddy: starting server\n"), "")
+	})
+
+	t.Run("client-mtu", func(t *testing.T) {
+		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", b, "-S", "1025"), 234,
+			"udaddy: starting client\nudaddy: connecting\nudaddy: message_size 1025 is larger than active mtu 1024\n"+
+				"test complete\nreturn status -22\n", "")
+	})
+
+	t.Run("port-spaces", func(t *testing.T) {
+		// On RoCE an IPoIB ID has no Q_Key (no IB broadcast group), a
+		// TCP or IB one is RC: rdma_create_qp fails; a port space the
+		// kernel does not know fails rdma_create_id.
+		wantRun(t, "ipoib", <-runIn(ctx, p.A, "udaddy", "-s", b, "-P", "ipoib"), 255,
+			"udaddy: starting client\nudaddy: connecting\ntest complete\nreturn status -1\n", "udaddy: unable to create QP: No such device\n")
+		for _, ps := range []string{"0x106", "0x13f"} {
+			wantRun(t, ps, <-runIn(ctx, p.A, "udaddy", "-s", b, "-p", ps), 255,
+				"udaddy: starting client\nudaddy: connecting\ntest complete\nreturn status -1\n", "udaddy: unable to create QP: Invalid argument\n")
+		}
+		wantRun(t, "bogus client", <-runIn(ctx, p.A, "udaddy", "-s", b, "-p", "7"), 1, "", "")
+		wantRun(t, "bogus server", <-runIn(ctx, p.B, "udaddy", "-d", p.B.Ifname, "-p", "7"), 255,
+			"udaddy: starting server\ntest complete\nreturn status -1\n", "udaddy: listen request failed: Invalid argument\n")
+	})
+
+	t.Run("unanswered", func(t *testing.T) {
+		defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
+		cmPeerTimeout = time.Second
+		start := time.Now()
+		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", b), 146, refused("-110"), "")
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("took %v", d)
+		}
+	})
+}
+
+// udaddyPeer is a UD QP at RTS with rdma_cm's Q_Key, a CQ and a buffer of
+// slots for receives, made on d.
+type udaddyPeer struct {
+	cq  *roce.CQ
+	qp  *roce.QP
+	mr  *roce.MR
+	buf []byte
+}
+
+const udaddySlot = 2048
+
+func newUdaddyPeer(t *testing.T, d *roce.Device, recvs int) *udaddyPeer {
+	t.Helper()
+	u := &udaddyPeer{buf: make([]byte, (recvs+1)*udaddySlot)}
+	pd, err := d.AllocPD()
+	if err == nil {
+		u.cq, err = d.CreateCQ(256)
+	}
+	if err == nil {
+		u.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.UD, SendCQ: u.cq, RecvCQ: u.cq, SignalAll: true})
+	}
+	if err == nil {
+		err = u.qp.Connect(context.Background(), roce.Endpoint{}, roce.Endpoint{}, roce.ConnectOptions{QKey: mad.RDMAUDPQKey})
+	}
+	if err == nil {
+		u.mr, err = pd.RegMR(u.buf, roce.AccessLocalWrite)
+	}
+	for i := 1; err == nil && i <= recvs; i++ {
+		err = u.qp.PostRecv(&roce.RecvWR{ID: uint64(i), SGL: []roce.SGE{u.mr.SGE(i*udaddySlot, udaddySlot)}})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// wait returns the next completion, failing the test after 10 s.
+func (u *udaddyPeer) wait(t *testing.T) roce.WC {
+	t.Helper()
+	var wc [1]roce.WC
+	ok, err := pollOne(context.Background(), u.cq, wc[:], nil, testSlowdown*10*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("no completion: %v", err)
+	}
+	return wc[0]
+}
+
+// received checks that wc is a receive of n bytes from QP src with the
+// immediate imm, and returns its GRH area's IPv4 header.
+func (u *udaddyPeer) received(t *testing.T, wc roce.WC, n int, src, imm uint32) []byte {
+	t.Helper()
+	if wc.Status != roce.WCSuccess || wc.Opcode != roce.WCRecv || wc.Flags&roce.WCWithImm == 0 || int(wc.ByteLen) != n+40 ||
+		wc.SrcQP != src || wc.Imm != imm {
+		t.Fatalf("receive %+v, want %d bytes from QP %#x with immediate %#x", wc, n, src, imm)
+	}
+	return u.buf[int(wc.ID)*udaddySlot+20 : int(wc.ID)*udaddySlot+40]
+}
+
+// What goes on the wire: the client sends -C datagrams of -S bytes with
+// its QP number in the immediate and -t's TOS; the server answers the QP
+// number of the immediate (not the sender's), with its own QP number in
+// the immediate, at the address, TTL and TOS the first datagram came
+// with.
+func TestUdaddyWire(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	defer cancel()
+
+	t.Run("client", func(t *testing.T) {
+		var d *cmDevice
+		if err := p.B.Do(func() (err error) { d, err = openCM(p.B.Ifname); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, udaddyPort), &cm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := runIn(ctx, p.A, "udaddy", "-s", p.B.IP.String(), "-C", "3", "-S", "64", "-t", "0x48")
+		req, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !req.UD() || req.Remote.Addr() != p.A.IP || req.Local != netip.AddrPortFrom(p.B.IP, udaddyPort) ||
+			len(bytes.Trim(req.Param.PrivateData, "\x00")) != 0 {
+			t.Errorf("request UD %v from %v to %v, data %q", req.UD(), req.Remote, req.Local, bytes.Trim(req.Param.PrivateData, "\x00"))
+		}
+		u := newUdaddyPeer(t, d.dev, 3)
+		if err := req.AcceptUD(u.qp, nil); err != nil {
+			t.Fatal(err)
+		}
+		var client uint32
+		for i := range 3 {
+			wc := u.wait(t)
+			if i == 0 {
+				client = wc.SrcQP
+			}
+			if ip := u.received(t, wc, 64, client, client); ip[1] != 0x48 {
+				t.Errorf("datagram %d: TOS %#x, want 0x48", i, ip[1])
+			}
+		}
+		av := req.AddressVector()
+		for range 3 {
+			if err := u.qp.PostSend(&roce.SendWR{Opcode: roce.WRSendWithImm, SGL: []roce.SGE{u.mr.SGE(0, 64)}, Imm: u.qp.QPN(),
+				AV: &av, RemoteQPN: client, RemoteQKey: mad.RDMAUDPQKey}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := u.wait(t); wc.Status != roce.WCSuccess {
+				t.Fatalf("send %+v", wc)
+			}
+		}
+		wantRun(t, "client", <-cc, 0, udaddyClientOut, "")
+	})
+
+	t.Run("server", func(t *testing.T) {
+		sc, _ := startServer(t, p.B, listenHook(t), "udaddy", "-d", p.B.Ifname, "-C", "3", "-S", "64")
+		var d *cmDevice
+		if err := p.A.Do(func() (err error) { d, err = openCM(p.A.Ifname); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		target, err := d.agent.ResolveUD(ctx, netip.AddrPortFrom(p.B.IP, udaddyPort), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if target.QKey != mad.RDMAUDPQKey {
+			t.Errorf("Q_Key %#x", target.QKey)
+		}
+		// One QP sends, naming the other in the immediate; the answers
+		// go to the other, at the TTL and TOS the first datagram had.
+		from, to := newUdaddyPeer(t, d.dev, 0), newUdaddyPeer(t, d.dev, 3)
+		av := target.AV
+		av.HopLimit, av.TrafficClass = 33, 0x48
+		for range 3 {
+			if err := from.qp.PostSend(&roce.SendWR{Opcode: roce.WRSendWithImm, SGL: []roce.SGE{from.mr.SGE(0, 64)}, Imm: to.qp.QPN(),
+				AV: &av, RemoteQPN: target.QPN, RemoteQKey: target.QKey}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := from.wait(t); wc.Status != roce.WCSuccess {
+				t.Fatalf("send %+v", wc)
+			}
+		}
+		for i := range 3 {
+			ip := to.received(t, to.wait(t), 64, target.QPN, target.QPN)
+			if ip[1] != 0x48 || ip[8] != 33 || netip.AddrFrom4([4]byte(ip[16:20])) != p.A.IP {
+				t.Errorf("answer %d: TOS %#x, TTL %d, to %v; want 0x48, 33, %v", i, ip[1], ip[8], netip.AddrFrom4([4]byte(ip[16:20])), p.A.IP)
+			}
+		}
+		wantRun(t, "server", <-sc, 0, udaddyServerOut, "")
+	})
+
+	t.Run("silent", func(t *testing.T) {
+		// A server that answers the SIDR_REQ and then nothing: both
+		// clones give up after their bounded wait.
+		defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
+		cmPeerTimeout = time.Second
+		var d *cmDevice
+		if err := p.B.Do(func() (err error) { d, err = openCM(p.B.Ifname); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, udaddyPort), &cm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := newUdaddyPeer(t, d.dev, 0)
+		go func() {
+			if req, err := l.Accept(ctx); err == nil {
+				req.AcceptUD(u.qp, nil)
+			}
+		}()
+		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", p.B.IP.String()), 146,
+			"udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\n"+
+				"udaddy: nothing from the peer for 1s: giving up (is it still there?)\ntest complete\nreturn status -110\n", "")
+	})
+}
+
+// A server waiting for clients stops on SIGINT (its context's end) with
+// the status of a process SIGINT killed.
+func TestUdaddyInterrupted(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	sc, stop := startServer(t, p.B, listenHook(t), "udaddy", "-d", p.B.Ifname, "-c", "2")
+	stop()
+	select {
+	case r := <-sc:
+		wantRun(t, "server", r, exitInterrupted, "udaddy: starting server\n", "")
+	case <-time.After(testSlowdown * 10 * time.Second):
+		t.Fatal("the server did not stop")
+	}
+}
