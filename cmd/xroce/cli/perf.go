@@ -42,15 +42,16 @@ a long run.
 
 With -R both ends connect as perftest -R does, through RDMA CM on the same
 port: one RC connection that carries the exchange in place of TCP, and one
-connection for each data QP; run the peer with -R too. -R takes RC only: UC
-is refused as perftest refuses it, and UD, whose rdma_cm connections are
-made with SIDR, is not supported yet.`
+connection for each data QP; run the peer with -R too. With -c UD (send_bw,
+send_lat) the client finds each of the server's UD QPs with SIDR (rdma_cm's
+UDP port space, Q_Key 0x01234567). UC is refused as perftest refuses it.`
 
 const perfExamples = `  xroce perf write_bw -d eth0                      # server
   xroce perf write_bw -d eth0 -s 65536 -n 5000 198.18.0.1
   xroce perf read_lat -a -n 100 198.18.0.1
   xroce perf send_bw -D 10 --report_gbits 198.18.0.1
   xroce perf write_bw -R -q 4 198.18.0.1          # QPs connected with rdma_cm (ib_write_bw -R)
+  xroce perf send_bw -R -c UD 198.18.0.1          # UD QPs found with SIDR (ib_send_bw -R -c UD)
   ib_write_bw -d rxe0 -x 1 198.18.0.2              # perftest as the client of an xroce server`
 
 func init() {
@@ -126,13 +127,13 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.dev, "d", "", "network `interface` to use (the device)")
 	fs.IntVar(&ibPort, "i", 1, "`port` of the device (only 1 exists)")
 	fs.BoolVar(&o.gbits, "report_gbits", false, "report Gbit/s instead of MB/s")
-	fs.StringVar(&o.conn, "c", o.conn, "connection `type`: RC, UC (write and send tests)")
+	fs.StringVar(&o.conn, "c", o.conn, "connection `type`: RC, UC (write and send tests), UD (send tests)")
 	fs.IntVar(&o.txDepth, "t", o.txDepth, "send queue `depth` (default 128 for bandwidth, 1 for latency)")
 	fs.IntVar(&o.rxDepth, "r", o.rxDepth, "receive queue `depth` (send tests)")
 	fs.IntVar(&o.cqMod, "Q", o.cqMod, "ask for a completion every `N` messages (default 100 for bandwidth, 1 for latency)")
 	fs.StringVar(&o.atomicType, "A", o.atomicType, "atomic `type`: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&cpuFreq, "F", false, "accepted, ignored (perftest: do not fail on CPU frequency differences)")
-	fs.BoolVar(&o.rdmaCM, "R", false, "connect the QPs with rdma_cm, as perftest -R (RC only)")
+	fs.BoolVar(&o.rdmaCM, "R", false, "connect the QPs with rdma_cm, as perftest -R (RC; UD with SIDR)")
 	fs.IntVar(&o.tos, "T", o.tos, "type of service `tos` (0..255) of the rdma_cm data connections (with -R)")
 	fs.IntVar(&o.retry, "retry_count", o.retry, "retry `count` of the rdma_cm connections (with -R; at most 7 is used)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long`")
@@ -246,8 +247,6 @@ func (o *perfOptions) check() error {
 		return usagef("perf: -timeout %v: want a positive duration", o.timeout)
 	case o.rdmaCM && o.conn == "UC":
 		return usagef("perf: -R with -c UC: UC is not supported in librdmacm (perftest refuses it too): use -c RC, or leave out -R")
-	case o.rdmaCM && o.conn == "UD":
-		return usagef("perf: -R with -c UD is not supported yet: rdma_cm connects UD QPs with SIDR, which xroce's cm does not speak yet; leave out -R (the TCP exchange connects UD QPs)")
 	case o.tos != -1 && !o.rdmaCM:
 		return usagef("perf: -T %d: TOS is only valid for rdma_cm QPs: add -R", o.tos)
 	case o.tos < -1 || o.tos > 255:
@@ -293,6 +292,7 @@ type perfQP struct {
 	half int
 	av   *roce.AddressVector // UD: the peer's
 	rqpn uint32              // UD: the peer's QP
+	qkey uint32              // UD: the peer's Q_Key
 }
 
 func (p *perfQP) sendSGE(n int) roce.SGE { return p.mr.SGE(0, n) }
@@ -300,6 +300,10 @@ func (p *perfQP) recvSGE(n int) roce.SGE { return p.mr.SGE(p.half, n) }
 
 // udGRH is the room for the GRH at the start of each UD receive.
 const udGRH = 40
+
+// perfQKey is the Q_Key of perftest's UD QPs when the TCP exchange
+// connects them (DEF_QKEY); with -R they take rdma_cm's (mad.RDMAUDPQKey).
+const perfQKey = 0x11111111
 
 // perfRun is one end of a test.
 type perfRun struct {
@@ -552,7 +556,7 @@ func (r *perfRun) connect(ctx context.Context) error {
 		if err == nil && r.o.conn == "UD" {
 			var av roce.AddressVector
 			av, err = r.dev.Resolve(cctx, remote.GID)
-			p.av, p.rqpn = &av, remote.QPN
+			p.av, p.rqpn, p.qkey = &av, remote.QPN, perfQKey
 		}
 		cancel()
 		if err != nil {
@@ -898,7 +902,7 @@ func (r *perfRun) sendWR(i, size int) roce.SendWR {
 	default:
 		wr.Opcode, wr.SGL = roce.WRSend, []roce.SGE{p.sendSGE(size)}
 		if p.av != nil {
-			wr.AV, wr.RemoteQPN, wr.RemoteQKey = p.av, p.rqpn, 0x11111111
+			wr.AV, wr.RemoteQPN, wr.RemoteQKey = p.av, p.rqpn, p.qkey
 		}
 	}
 	return wr

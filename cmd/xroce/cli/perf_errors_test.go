@@ -35,7 +35,6 @@ func TestPingpongPerfBadFlags(t *testing.T) {
 		{[]string{"perf"}, "name a test: write_bw, read_bw"},
 		{[]string{"perf", "write_rate"}, `unknown test "write_rate"`},
 		{[]string{"perf", "write_bw", "-R", "-c", "UC"}, "UC is not supported in librdmacm"},
-		{[]string{"perf", "send_bw", "-R", "-c", "UD"}, "-R with -c UD is not supported yet"},
 		{[]string{"perf", "write_bw", "-T", "5"}, "TOS is only valid for rdma_cm QPs: add -R"},
 		{[]string{"perf", "write_bw", "-R", "-T", "256"}, "-T 256: want a type of service 0..255"},
 		{[]string{"perf", "write_bw", "-R", "--retry_count", "-1"}, "--retry_count -1"},

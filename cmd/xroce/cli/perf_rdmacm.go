@@ -27,6 +27,16 @@ import (
 //  3. the test's exchanges as over TCP, addresses 56 bytes, no "done";
 //  4. the client disconnects every data connection, the server answers;
 //     the control connection goes as the ids are destroyed.
+//
+// With -c UD (send_bw, send_lat) the control connection is RC all the
+// same; the data QPs are UD QPs of rdma_cm's UDP port space, at RTS with
+// its Q_Key (mad.RDMAUDPQKey) as rdma_create_qp leaves them, and "connecting"
+// one is SIDR (rdma_connect on a UD ID): the client's SIDR_REQ, the
+// server's SIDR_REP with its QP number and Q_Key, where the client sends.
+// SIDR does not tell the server the client's QP: a latency test's client
+// sends it one SEND with immediate, the immediate its QP number, which
+// the server answers at the address of its GRH. Step 4 sends nothing for
+// UD.
 
 const (
 	// perfRetryCount is perftest's --retry_count default (DEF_RETRY_COUNT).
@@ -299,13 +309,20 @@ func cmDialError(dst netip.AddrPort, err error) error {
 // on it again, accepts one request per QP in the order they come, then
 // another sync. The server listens before it answers the first sync, so
 // that a client that connects as soon as it has the answer finds the port
-// open; perftest's server listens only after it, and cmDial retries.
+// open; perftest's server listens only after it, and cmDial (cmResolveUD)
+// retries. UD QPs are found with SIDR in rdma_cm's UDP port space
+// (rdma_cm_allocate_nodes).
 func (r *perfRun) cmConnect(ctx context.Context) error {
 	o := r.o
+	ud := o.conn == "UD"
 	var l *cm.Listener
 	if r.server {
+		ps := mad.PortSpaceTCP
+		if ud {
+			ps = mad.PortSpaceUDP
+		}
 		var err error
-		if l, err = r.cm.agent.Listen(netip.AddrPortFrom(netip.Addr{}, uint16(o.port)), &cm.ListenOptions{Backlog: o.qps}); err != nil {
+		if l, err = r.cm.agent.Listen(netip.AddrPortFrom(netip.Addr{}, uint16(o.port)), &cm.ListenOptions{PortSpace: ps, Backlog: o.qps}); err != nil {
 			return fmt.Errorf("couldn't listen to rdma_cm port %d for the data connections: %w", o.port, err)
 		}
 		defer l.Close()
@@ -322,12 +339,17 @@ func (r *perfRun) cmConnect(ctx context.Context) error {
 	for i, q := range r.qps {
 		var c *cm.Conn
 		var err error
-		if r.server {
+		switch {
+		case ud && r.server:
+			err = r.cmAcceptUD(cctx, l, q)
+		case ud:
+			err = r.cmResolveUD(cctx, q)
+		case r.server:
 			var req *cm.Request
 			if req, err = l.Accept(cctx); err == nil {
 				c, err = req.Accept(cctx, q.qp, p)
 			}
-		} else {
+		default:
 			c, err = r.cmDial(cctx, q.qp, p)
 		}
 		if err != nil {
@@ -336,7 +358,9 @@ func (r *perfRun) cmConnect(ctx context.Context) error {
 			}
 			return fmt.Errorf("rdma_cm data connection %d of %d: %w", i+1, len(r.qps), err)
 		}
-		r.cm.data = append(r.cm.data, c)
+		if c != nil {
+			r.cm.data = append(r.cm.data, c)
+		}
 	}
 	if l != nil {
 		l.Close()
@@ -346,9 +370,11 @@ func (r *perfRun) cmConnect(ctx context.Context) error {
 		return fmt.Errorf("sync after the rdma_cm data connections: %w", err)
 	}
 	// perftest shows a PSN it made up (the CM chose the real one): this
-	// shows the one the QP sends with.
+	// shows the one the QP sends with. A UD QP's PSN (0, as librdmacm
+	// sets it) is checked by no receiver: it shows the made-up one, as
+	// perftest.
 	for i, q := range r.qps {
-		if a, err := q.qp.Query(); err == nil {
+		if a, err := q.qp.Query(); err == nil && !ud {
 			r.my[i].PSN = uint32(a.SQPSN)
 		}
 	}
@@ -381,13 +407,143 @@ func (r *perfRun) cmDial(ctx context.Context, q *roce.QP, p *cm.ConnParam) (*cm.
 	}
 }
 
+// readyUD brings a UD data QP to RTS as librdmacm's rdma_create_qp does
+// on a UD ID (ucma_init_ud_qp): rdma_cm's UDP Q_Key, first PSN 0.
+func readyUD(q *roce.QP) error {
+	if err := q.Connect(context.Background(), roce.Endpoint{}, roce.Endpoint{}, roce.ConnectOptions{QKey: mad.RDMAUDPQKey}); err != nil {
+		return fmt.Errorf("UD QP %#x: %w", q.QPN(), err)
+	}
+	return nil
+}
+
+// udHello reports whether the UD data QPs learn the client's QP from a
+// first datagram: perftest's latency tests (and bidirectional bandwidth
+// tests, which perf does not run) need to send to the client.
+func (r *perfRun) udHello() bool { return r.o.test.lat }
+
+// udHelloLen is the client's first datagram: 4 bytes (perftest sends what
+// starts its buffer); the server's receive for it has room for the GRH.
+const udHelloLen = 4
+
+// cmAcceptUD answers the next SIDR request with p's QP, as perftest's
+// server answers a UD ID's connect request
+// (rdma_cm_connection_request_handler): p at RTS with rdma_cm's Q_Key,
+// its QP number in the SIDR_REP, no private data. For a latency test it
+// first posts a receive for the client's first datagram, and after the
+// answer waits for it: its immediate is the client's QP number and its GRH
+// the address to answer, with the datagram's TTL and TOS
+// (rdma_cm_initialize_ud_connection_parameters, ibv_create_ah_from_wc);
+// the Q_Key is p's own.
+func (r *perfRun) cmAcceptUD(ctx context.Context, l *cm.Listener, p *perfQP) error {
+	req, err := l.Accept(ctx)
+	if err != nil {
+		return err
+	}
+	if err := readyUD(p.qp); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	if r.udHello() {
+		if err := p.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{p.recvSGE(udGRH + udHelloLen)}}); err != nil {
+			req.Reject(nil)
+			return fmt.Errorf("couldn't post the receive for the client's QP number: %w", err)
+		}
+	}
+	if err := req.AcceptUD(p.qp, nil); err != nil {
+		return fmt.Errorf("couldn't answer the SIDR request of %v: %w", req.Remote, err)
+	}
+	if !r.udHello() {
+		return nil
+	}
+	if _, err := r.poll(ctx, r.rcq); err != nil {
+		return fmt.Errorf("waiting for the client's QP number (its first datagram): %w", err)
+	}
+	wc := &r.wcs[0]
+	if wc.Status != roce.WCSuccess || wc.Flags&roce.WCWithImm == 0 {
+		return fmt.Errorf("the client's first datagram (%v, flags %#x) does not carry its QP number", wc.Status, wc.Flags)
+	}
+	av, ok := udaddyReplyAV(p.buf[p.half:p.half+udGRH], wc, r.dev.GIDs(), r.dev.Info().MAC)
+	if !ok {
+		return fmt.Errorf("no address to answer the client's first datagram with (its GRH)")
+	}
+	p.av, p.rqpn, p.qkey = &av, wc.Imm, mad.RDMAUDPQKey
+	return nil
+}
+
+// cmResolveUD finds a UD QP of the server's for p with SIDR, as perftest's
+// client does (rdma_connect on a UD ID, then its ESTABLISHED handler,
+// rdma_cm_establish_ud_connection): p at RTS with rdma_cm's Q_Key, a
+// SIDR_REQ from the control connection's address (and -T's TOS) without
+// private data of perftest's; p sends to the QP number and Q_Key of the
+// SIDR_REP through the route's address. For a latency test it then sends
+// the server its QP number: a SEND with immediate of 4 bytes
+// (rdma_cm_send_ud_connection_parameters). perftest's server listens
+// only after the sync: a request that finds nothing listening (SIDR
+// status "service ID not supported") is sent again until ctx ends.
+func (r *perfRun) cmResolveUD(ctx context.Context, p *perfQP) error {
+	if err := readyUD(p.qp); err != nil {
+		return err
+	}
+	ctl := r.cm.ctl.conn
+	dst := ctl.RemoteAddr()
+	opts := &cm.DialOptions{Src: ctl.LocalAddr().Addr(), PortSpace: mad.PortSpaceUDP}
+	if r.o.tos >= 0 {
+		opts.TOS = uint8(r.o.tos)
+	}
+	var t *cm.UDTarget
+	for {
+		var err error
+		t, err = r.cm.agent.ResolveUD(ctx, dst, opts)
+		var se *cm.SIDRError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &se) || se.Status != mad.SIDRUnsupported {
+			return cmResolveError(dst, err)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return cmResolveError(dst, err)
+		}
+	}
+	p.av, p.rqpn, p.qkey = &t.AV, t.QPN, t.QKey
+	if !r.udHello() {
+		return nil
+	}
+	wr := roce.SendWR{Opcode: roce.WRSendWithImm, Flags: roce.SendSignaled, SGL: []roce.SGE{p.sendSGE(udHelloLen)},
+		Imm: p.qp.QPN(), AV: p.av, RemoteQPN: p.rqpn, RemoteQKey: p.qkey}
+	if err := p.qp.PostSend(&wr); err != nil {
+		return fmt.Errorf("couldn't send the server our QP number: %w", err)
+	}
+	if _, err := r.poll(ctx, r.scq); err != nil {
+		return fmt.Errorf("sending the server our QP number: %w", err)
+	}
+	if wc := &r.wcs[0]; wc.Status != roce.WCSuccess {
+		return fmt.Errorf("sending the server our QP number: %w", wcError(wc))
+	}
+	return nil
+}
+
+// cmResolveError says why the SIDR request to dst failed.
+func cmResolveError(dst netip.AddrPort, err error) error {
+	var se *cm.SIDRError
+	switch {
+	case errors.As(err, &se) && se.Status == mad.SIDRUnsupported:
+		return fmt.Errorf("couldn't find a UD QP at %v with SIDR: nothing listens on UDP port %d (is the server running, with -R -c UD?)", dst, dst.Port())
+	case errors.Is(err, cm.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("couldn't find a UD QP at %v with SIDR: no answer (is the server running, with -R -c UD?)", dst)
+	}
+	return fmt.Errorf("couldn't find a UD QP at %v with SIDR: %w", dst, err)
+}
+
 // cmClose ends the rdma_cm connections. After a run that went well it
 // does what perftest 4.5 does (destroy_ctx, rdma_cm_disconnect_nodes):
 // the client disconnects every data connection (DREQ) and waits for the
 // DREPs; the server, whose agent answers those DREQs, waits a moment for
 // them and disconnects what is left. Then, or at once after a failure,
 // the connections go as destroyed ids do: the control connection with a
-// DREQ nobody waits for.
+// DREQ nobody waits for. UD data QPs have no connection to end.
 func (r *perfRun) cmClose(ok bool) {
 	p := r.cm
 	if p == nil {

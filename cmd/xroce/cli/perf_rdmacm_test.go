@@ -25,6 +25,9 @@ type cmQP struct {
 	attr roce.Attr
 	rem  perftest.Dest // the address the peer sent for it
 	same bool          // the connection's QP is the test's QP
+	// UD: where the QP sends (nil, 0, 0 when it has not learnt it).
+	av         *roce.AddressVector
+	rqpn, qkey uint32
 }
 
 // cmSide is what a test sees of one side of a run with -R: its data QPs
@@ -65,13 +68,20 @@ func (c *cmRecorder) hook(r *perfRun, stage string) {
 			a, _ := conn.QP().Query()
 			s.qps = append(s.qps, cmQP{qpn: conn.QP().QPN(), attr: a, same: conn.QP() == r.qps[i].qp})
 		}
+		if r.o.conn == "UD" { // no connections: SIDR told the QPs where to send
+			for _, p := range r.qps {
+				a, _ := p.qp.Query()
+				s.qps = append(s.qps, cmQP{qpn: p.qp.QPN(), attr: a, same: true, av: p.av, rqpn: p.rqpn, qkey: p.qkey})
+			}
+		}
 	case "closed":
 		for i := range s.qps {
 			s.qps[i].rem = r.rem[i]
 		}
 		st := r.cm.agent.Stats()
 		s.tx, s.rx = map[mad.AttrID]uint64{}, map[mad.AttrID]uint64{}
-		for _, a := range []mad.AttrID{mad.AttrREQ, mad.AttrREP, mad.AttrRTU, mad.AttrREJ, mad.AttrDREQ, mad.AttrDREP} {
+		for _, a := range []mad.AttrID{mad.AttrREQ, mad.AttrREP, mad.AttrRTU, mad.AttrREJ, mad.AttrDREQ, mad.AttrDREP,
+			mad.AttrSIDRREQ, mad.AttrSIDRREP} {
 			i, _ := cm.AttrIndex(a)
 			s.tx[a], s.rx[a] = st.Tx[i].Load(), st.Rx[i].Load()
 		}
@@ -281,5 +291,114 @@ func TestPerfRdmaCMErrors(t *testing.T) {
 	rs := <-sc
 	if rs.err == nil || !strings.Contains(rs.err.Error(), "no client connected to rdma_cm port 18720 within the timeout") {
 		t.Errorf("server nobody connects to: %v", rs.err)
+	}
+}
+
+// TestPerfRdmaCMUD: xroce perf -R -c UD against itself, send_bw with one
+// and three QPs and send_lat with a TOS. Besides the result rows and the
+// banner, it checks that the QPs were found with SIDR and not connected:
+// one SIDR_REQ and SIDR_REP per data QP in rdma_cm's UDP port space, one
+// REQ, REP and RTU (the control connection), each client QP sending to
+// the server's QP of its rank with rdma_cm's Q_Key; in send_lat the
+// server answering the client's QP at the address (and TOS) its first
+// datagram came from.
+func TestPerfRdmaCMUD(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, tc := range []struct {
+		test  string
+		flags []string
+		size  int
+		iters int
+		qps   int
+	}{
+		{"send_bw", []string{"-n", "200", "-s", "1000"}, 1000, 200, 1},
+		{"send_bw", []string{"-n", "100", "-s", "512", "-q", "3"}, 512, 300, 3},
+		{"send_lat", []string{"-n", "100", "-s", "64", "-T", "32"}, 64, 100, 1},
+	} {
+		t.Run(fmt.Sprintf("%s%q", tc.test, tc.flags), func(t *testing.T) {
+			rec := recordCM(t)
+			port := 18730 + i
+			flags := append([]string{tc.test, "-R", "-c", "UD", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", ""}, tc.flags...)
+			rs, rc := cmClientServer(t, p, append([]string{"perf", "-d", p.B.Ifname}, flags...),
+				append([]string{"perf", "-d", p.A.Ifname}, flags...))
+			hdr := perftest.ResultBW
+			if tc.test == "send_lat" {
+				hdr = perftest.ResultLat
+			}
+			checkPerf(t, "client", rc, hdr, []int{tc.size}, tc.iters)
+			checkPerf(t, "server", rs, hdr, []int{tc.size}, tc.iters)
+			tos := slices.Contains(tc.flags, "-T")
+			checkCMBanner(t, rc.stdout, rs.stdout, tc.qps, tos)
+			if !strings.Contains(rc.stdout, " Connection type : UD") {
+				t.Errorf("client banner without UD:\n%s", rc.stdout)
+			}
+			rec.checkUD(t, tc.qps, tc.test == "send_lat", tos)
+			t.Logf("client:\n%s\nserver:\n%s", rc.stdout, rs.stdout)
+		})
+	}
+}
+
+// checkUD checks what the hook saw of both sides of a run with -c UD.
+func (c *cmRecorder) checkUD(t *testing.T, qps int, lat, tos bool) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl, sv := c.sides[false], c.sides[true]
+	if cl == nil || sv == nil || len(cl.qps) != qps || len(sv.qps) != qps || cl.tx == nil || sv.tx == nil {
+		t.Fatalf("the hook saw client %+v, server %+v; want %d data QPs each, connected and closed", cl, sv, qps)
+	}
+	for side, s := range map[string]*cmSide{"client": cl, "server": sv} {
+		for i, q := range s.qps {
+			if q.attr.State != roce.StateRTS || q.attr.QKey != mad.RDMAUDPQKey {
+				t.Errorf("%s QP %d (%#x): %v, Q_Key %#x; want RTS with rdma_cm's %#x", side, i, q.qpn, q.attr.State, q.attr.QKey, mad.RDMAUDPQKey)
+			}
+		}
+	}
+	for i, q := range cl.qps {
+		if q.av == nil || q.rqpn != sv.qps[i].qpn || q.qkey != mad.RDMAUDPQKey {
+			t.Errorf("client QP %d sends to QP %#x with Q_Key %#x (address %v); the server's QP %d is %#x", i, q.rqpn, q.qkey, q.av, i, sv.qps[i].qpn)
+		} else if tos && q.av.TrafficClass != 32 {
+			t.Errorf("client QP %d sends with TOS %d, want 32", i, q.av.TrafficClass)
+		}
+	}
+	for i, q := range sv.qps {
+		switch {
+		case !lat && q.av != nil:
+			t.Errorf("server QP %d of a bandwidth test learnt an address %v: no datagram should have told it", i, q.av)
+		case lat && (q.av == nil || q.rqpn != cl.qps[i].qpn || q.qkey != mad.RDMAUDPQKey):
+			t.Errorf("server QP %d sends to QP %#x with Q_Key %#x (address %v); the client's QP is %#x", i, q.rqpn, q.qkey, q.av, cl.qps[i].qpn)
+		case lat && (q.av.DstIP != cl.qps[i].av.SrcIP || q.av.SrcIP != cl.qps[i].av.DstIP || tos && q.av.TrafficClass != 32):
+			t.Errorf("server QP %d answers %v from %v with TOS %d; the client sends from %v to %v", i, q.av.DstIP, q.av.SrcIP, q.av.TrafficClass, cl.qps[i].av.SrcIP, cl.qps[i].av.DstIP)
+		}
+	}
+	n := uint64(qps)
+	if cl.tx[mad.AttrSIDRREQ] < n || sv.rx[mad.AttrSIDRREQ] < n || sv.tx[mad.AttrSIDRREP] < n || cl.rx[mad.AttrSIDRREP] < n ||
+		cl.tx[mad.AttrREQ] != 1 || sv.tx[mad.AttrREP] != 1 || cl.tx[mad.AttrRTU] != 1 || cl.tx[mad.AttrREJ]+sv.tx[mad.AttrREJ] != 0 {
+		t.Errorf("CM messages: client sent %v, received %v; server sent %v, received %v; want %d SIDR_REQ and SIDR_REP, "+
+			"one REQ, REP and RTU (the control connection), no REJ", cl.tx, cl.rx, sv.tx, sv.rx, n)
+	}
+	t.Logf("CM messages: client sent %v, received %v; server sent %v, received %v", cl.tx, cl.rx, sv.tx, sv.rx)
+}
+
+// TestPerfRdmaCMUDNoListener: a -c UD client whose server runs RC finds
+// nothing in the UDP port space: it asks again (SIDR status "service ID
+// not supported") until the timeout, then says so.
+func TestPerfRdmaCMUDNoListener(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	rec := recordCM(t)
+	flags := []string{"send_bw", "-R", "-n", "10", "-p", "18740", "-timeout", "1s", "-stat-dir", ""}
+	rs, rc := cmClientServer(t, p, append([]string{"perf", "-d", p.B.Ifname}, flags...),
+		append([]string{"perf", "-d", p.A.Ifname, "-c", "UD"}, flags...))
+	if rc.err == nil || ExitCode(rc.err) != 1 || !strings.Contains(rc.err.Error(), "nothing listens on UDP port 18740 (is the server running, with -R -c UD?)") {
+		t.Errorf("UD client of an RC server: %v", rc.err)
+	}
+	if rs.err == nil {
+		t.Errorf("RC server of a UD client: no error")
+	}
+	t.Logf("client: %v\nserver: %v", rc.err, rs.err)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if cl := rec.sides[false]; cl == nil || cl.tx[mad.AttrSIDRREQ] < 2 {
+		t.Errorf("the client's CM: %+v; want SIDR requests sent again", cl)
 	}
 }
