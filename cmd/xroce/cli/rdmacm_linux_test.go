@@ -64,6 +64,40 @@ func wantRun(t *testing.T, who string, r result, code int, stdout, stderr string
 	}
 }
 
+// openCMIn opens the device of h's interface and its CM agent, closed
+// when the test ends.
+func openCMIn(t *testing.T, h *netns.Host) *cmDevice {
+	t.Helper()
+	var d *cmDevice
+	if err := h.Do(func() (err error) { d, err = openCM(h.Ifname); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+// newRCQP makes an RC QP on d, with a CQ of 16 entries for both queues,
+// and returns it and its PD.
+func newRCQP(d *cmDevice) (*roce.PD, *roce.QP, error) {
+	pd, err := d.dev.AllocPD()
+	if err != nil {
+		return nil, nil, err
+	}
+	cq, err := d.dev.CreateCQ(16)
+	if err != nil {
+		return nil, nil, err
+	}
+	qp, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
+	return pd, qp, err
+}
+
+// shortPeerTimeout makes cmPeerTimeout one second until the test ends.
+func shortPeerTimeout(t *testing.T) {
+	d := cmPeerTimeout
+	t.Cleanup(func() { cmPeerTimeout = d })
+	cmPeerTimeout = time.Second
+}
+
 // rpingLines are the -v lines of pings 0..n-1 of size bytes.
 func rpingLines(prefix string, n, size int) string {
 	var b strings.Builder
@@ -109,14 +143,32 @@ const (
 		"data transfers complete\ntest complete\nreturn status 0\n"
 )
 
+// cmatestCase is a run of ucmatose or udaddy against itself: the flags of
+// the server (on B's interface, named with -d) and of the client, and
+// what each prints on stdout; both end with status 0, nothing on stderr.
+type cmatestCase struct {
+	name           string
+	server, client []string
+	sout, cout     string
+}
+
+// testCmatest runs tool's cases, the server in p.B, the client in p.A.
+func testCmatest(t *testing.T, p *netns.Pair, tool string, cases []cmatestCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, rc := cmServerClient(t, p, append([]string{tool, "-d", p.B.Ifname}, tc.server...),
+				append([]string{tool}, tc.client...), 10*time.Second)
+			wantRun(t, "client", rc, 0, tc.cout, "")
+			wantRun(t, "server", rs, 0, tc.sout, "")
+		})
+	}
+}
+
 func TestUcmatose(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	b := p.B.IP.String()
-	for _, tc := range []struct {
-		name           string
-		server, client []string
-		sout, cout     string
-	}{
+	testCmatest(t, p, "ucmatose", []cmatestCase{
 		{"default", nil, []string{"-s", b}, ucmatoseServerOut, ucmatoseClientOut},
 		{"many", []string{"-c", "4", "-C", "50", "-S", "3000", "-p", "7500", "-b", b},
 			[]string{"-s", b, "-c", "4", "-C50", "-S3000", "-p", "7500", "-b", p.A.IP.String(), "-t", "0x20"},
@@ -127,14 +179,7 @@ func TestUcmatose(t *testing.T) {
 		{"no-data", []string{"-S", "0"}, []string{"-s", b, "-S", "0"},
 			"cmatose: starting server\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n",
 			"cmatose: starting client\ncmatose: connecting\ntest complete\nreturn status 0\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rs, rc := cmServerClient(t, p, append([]string{"ucmatose", "-d", p.B.Ifname}, tc.server...),
-				append([]string{"ucmatose"}, tc.client...), 10*time.Second)
-			wantRun(t, "client", rc, 0, tc.cout, "")
-			wantRun(t, "server", rs, 0, tc.sout, "")
-		})
-	}
+	})
 }
 
 func TestRdmaServerClient(t *testing.T) {
@@ -207,8 +252,7 @@ func TestRpingUcmatoseRdmaClientRejected(t *testing.T) {
 // gives up after its bounded wait instead of hanging.
 func TestRpingUcmatoseRdmaClientUnanswered(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
-	defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
-	cmPeerTimeout = time.Second
+	shortPeerTimeout(t)
 	b := p.B.IP.String()
 	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
 	defer cancel()
@@ -355,11 +399,7 @@ func TestRpingPersistent(t *testing.T) {
 // silent. It returns once it listens.
 func fakeServer(t *testing.T, h *netns.Host, port uint16, vanish bool) {
 	t.Helper()
-	var d *cmDevice
-	if err := h.Do(func() (err error) { d, err = openCM(h.Ifname); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	d := openCMIn(t, h)
 	l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, port), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -371,9 +411,7 @@ func fakeServer(t *testing.T, h *netns.Host, port uint16, vanish bool) {
 		if err != nil {
 			return
 		}
-		pd, _ := d.dev.AllocPD()
-		cq, _ := d.dev.CreateCQ(16)
-		qp, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
+		pd, qp, err := newRCQP(d)
 		if err != nil {
 			return
 		}
@@ -389,8 +427,7 @@ func fakeServer(t *testing.T, h *netns.Host, port uint16, vanish bool) {
 // A server that dies or goes silent after the connection is up: the
 // clients say so after their bounded wait and end with an error status.
 func TestRpingUcmatoseRdmaClientPeerGone(t *testing.T) {
-	defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
-	cmPeerTimeout = time.Second
+	shortPeerTimeout(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
 	defer cancel()
 	for _, vanish := range []bool{false, true} {
@@ -434,8 +471,7 @@ func TestRpingUcmatoseRdmaClientPeerGone(t *testing.T) {
 // A client that dies once connected: the servers say so after their
 // bounded wait instead of waiting for ever.
 func TestRpingUcmatoseRdmaServerClientGone(t *testing.T) {
-	defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
-	cmPeerTimeout = time.Second
+	shortPeerTimeout(t)
 	silent := func(tool string) string {
 		return tool + ": nothing from the peer for 1s: giving up (is it still there?)\n"
 	}
@@ -455,14 +491,8 @@ func TestRpingUcmatoseRdmaServerClientGone(t *testing.T) {
 		t.Run(tc.args[0], func(t *testing.T) {
 			p := netns.NewT(t, netns.Config{})
 			sc, _ := startServer(t, p.B, listenHook(t), tc.args...)
-			var d *cmDevice
-			if err := p.A.Do(func() (err error) { d, err = openCM(p.A.Ifname); return err }); err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			pd, _ := d.dev.AllocPD()
-			cq, _ := d.dev.CreateCQ(16)
-			qp, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
+			d := openCMIn(t, p.A)
+			_, qp, err := newRCQP(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -553,11 +583,7 @@ func TestRpingUcmatoseRdmaServerClientConnParams(t *testing.T) {
 	defer cancel()
 
 	t.Run("REQ", func(t *testing.T) {
-		var d *cmDevice
-		if err := p.B.Do(func() (err error) { d, err = openCM(p.B.Ifname); return err }); err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := openCMIn(t, p.B)
 		b := p.B.IP.String()
 		for _, tc := range []struct {
 			args []string
@@ -603,13 +629,8 @@ func TestRpingUcmatoseRdmaServerClientConnParams(t *testing.T) {
 			{[]string{"rdma_server"}, 7471, param{3, 2, 0, 7}},
 		} {
 			sc, stop := startServer(t, p.B, listened, tc.args...)
-			var d *cmDevice
-			if err := p.A.Do(func() (err error) { d, err = openCM(p.A.Ifname); return err }); err != nil {
-				t.Fatal(err)
-			}
-			pd, _ := d.dev.AllocPD()
-			cq, _ := d.dev.CreateCQ(16)
-			qp, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
+			d := openCMIn(t, p.A)
+			_, qp, err := newRCQP(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -643,7 +664,7 @@ func TestRpingSizeMismatch(t *testing.T) {
 
 // Servers waiting for a client stop on SIGINT (their context's end) with
 // the status of a process SIGINT killed.
-func TestRpingUcmatoseRdmaServerInterrupted(t *testing.T) {
+func TestRpingUcmatoseUdaddyRdmaServerInterrupted(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	listened := listenHook(t)
 	for _, tc := range []struct {
@@ -653,6 +674,7 @@ func TestRpingUcmatoseRdmaServerInterrupted(t *testing.T) {
 		{[]string{"rping", "-s"}, ""},
 		{[]string{"rping", "-s", "-P"}, ""},
 		{[]string{"ucmatose", "-c", "2"}, "cmatose: starting server\n"},
+		{[]string{"udaddy", "-d", p.B.Ifname, "-c", "2"}, "udaddy: starting server\n"},
 		{[]string{"rdma_server"}, "rdma_server: start\n"},
 	} {
 		sc, stop := startServer(t, p.B, listened, tc.args...)

@@ -59,32 +59,27 @@ func parseRdmaEP(stdout, stderr io.Writer, name, addr string, args []string) (o 
 }
 
 func runRdmaServer(ctx context.Context, e *env, args []string) error {
-	o, code, done := parseRdmaEP(e.stdout, e.stderr, "rdma_server", "0.0.0.0", args)
-	if done {
-		return status(code)
-	}
-	ep := &rdmaEP{o: o, name: "rdma_server", stdout: e.stdout, stderr: e.stderr}
-	fmt.Fprintf(e.stdout, "rdma_server: start\n")
-	ret := ep.server(ctx)
-	if ep.interrupted {
-		return status(exitInterrupted)
-	}
-	fmt.Fprintf(e.stdout, "rdma_server: end %d\n", ret)
-	return status(ret)
+	return runRdmaEP(ctx, e, args, "rdma_server", "0.0.0.0", (*rdmaEP).server)
 }
 
 func runRdmaClient(ctx context.Context, e *env, args []string) error {
-	o, code, done := parseRdmaEP(e.stdout, e.stderr, "rdma_client", "127.0.0.1", args)
+	return runRdmaEP(ctx, e, args, "rdma_client", "127.0.0.1", (*rdmaEP).client)
+}
+
+// runRdmaEP is the main of rdma_server or rdma_client (name), whose -s is
+// addr by default and whose run is run.
+func runRdmaEP(ctx context.Context, e *env, args []string, name, addr string, run func(*rdmaEP, context.Context) int) error {
+	o, code, done := parseRdmaEP(e.stdout, e.stderr, name, addr, args)
 	if done {
 		return status(code)
 	}
-	ep := &rdmaEP{o: o, name: "rdma_client", stdout: e.stdout, stderr: e.stderr}
-	fmt.Fprintf(e.stdout, "rdma_client: start\n")
-	ret := ep.client(ctx)
+	ep := &rdmaEP{o: o, name: name, stdout: e.stdout, stderr: e.stderr}
+	fmt.Fprintf(e.stdout, "%s: start\n", name)
+	ret := run(ep, ctx)
 	if ep.interrupted {
 		return status(exitInterrupted)
 	}
-	fmt.Fprintf(e.stdout, "rdma_client: end %d\n", ret)
+	fmt.Fprintf(e.stdout, "%s: end %d\n", name, ret)
 	return status(ret)
 }
 
@@ -150,25 +145,7 @@ func (ep *rdmaEP) close() {
 	if ep.d == nil {
 		return
 	}
-	if ep.conn != nil {
-		ep.conn.Close()
-	}
-	if ep.qp != nil {
-		ep.qp.Destroy()
-	}
-	for _, m := range []*roce.MR{ep.recvMR, ep.sendMR} {
-		if m != nil {
-			m.Dereg()
-		}
-	}
-	for _, cq := range []*roce.CQ{ep.sendCQ, ep.recvCQ} {
-		if cq != nil {
-			cq.Destroy()
-		}
-	}
-	if ep.pd != nil {
-		ep.pd.Dealloc()
-	}
+	release(ep.conn, ep.qp, []*roce.MR{ep.recvMR, ep.sendMR}, []*roce.CQ{ep.sendCQ, ep.recvCQ}, ep.pd)
 	ep.d.Close()
 }
 
@@ -274,10 +251,7 @@ func (ep *rdmaEP) server(ctx context.Context) int {
 		req.Reject(nil)
 		return ret
 	}
-	actx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
-	ep.conn, err = req.Accept(actx, ep.qp, nil)
-	cancel()
-	if err != nil {
+	if ep.conn, err = cmAccept(ctx, req, ep.qp, nil); err != nil {
 		if ctx.Err() != nil {
 			ep.interrupted = true
 			return -1
@@ -315,9 +289,7 @@ func (ep *rdmaEP) client(ctx context.Context) int {
 	if ret := ep.createQP(); ret != 0 {
 		return ret
 	}
-	dctx, cancel := context.WithTimeout(ctx, 2*cmPeerTimeout)
-	conn, err := ep.d.agent.Dial(dctx, dst, ep.qp, nil)
-	cancel()
+	conn, err := ep.d.dial(ctx, dst, ep.qp, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			ep.interrupted = true

@@ -59,6 +59,19 @@ const (
 	rpError
 )
 
+var rpingStateNames = [...]string{rpIdle: "IDLE", rpConnectRequest: "CONNECT_REQUEST", rpAddrResolved: "ADDR_RESOLVED",
+	rpRouteResolved: "ROUTE_RESOLVED", rpConnected: "CONNECTED", rpReadAdv: "RDMA_READ_ADV",
+	rpReadComplete: "RDMA_READ_COMPLETE", rpWriteAdv: "RDMA_WRITE_ADV", rpWriteComplete: "RDMA_WRITE_COMPLETE",
+	rpDisconnected: "DISCONNECTED", rpError: "ERROR"}
+
+// String returns the state's name in rping.c.
+func (s rpingState) String() string {
+	if s < rpIdle || s > rpError {
+		return "rpingState(" + strconv.Itoa(int(s)) + ")"
+	}
+	return rpingStateNames[s]
+}
+
 // rpingOptions is rping's command line.
 type rpingOptions struct {
 	server     int        // -s 1, -c 0, neither -1

@@ -190,26 +190,36 @@ func (cb *rpingCB) setupBuffers() int {
 // rping_free_qp (the device's Close would too; the persistent server
 // lives on).
 func (cb *rpingCB) free() {
-	if cb.conn != nil {
-		cb.conn.Close()
-	}
 	if cb.rdmaMR != nil {
 		cb.debugf("rping_free_buffers called on cb %p\n", cb)
 	}
-	if cb.qp != nil {
-		cb.qp.Destroy()
+	release(cb.conn, cb.qp, []*roce.MR{cb.recvMR, cb.sendMR, cb.rdmaMR, cb.startMR}, []*roce.CQ{cb.cq}, cb.pd)
+}
+
+// setup is what rping_run_server and rping_run_client do before the
+// connection: rping_setup_qp, rping_setup_buffers, the first receive
+// posted, the CQ thread started. It returns the status of a failure,
+// after its line, or 0.
+func (cb *rpingCB) setup() int {
+	w := cb.r.stderr
+	if ret := cb.setupQP(); ret != 0 {
+		fmt.Fprintf(w, "setup_qp failed: %d\n", ret)
+		return ret
 	}
-	for _, m := range []*roce.MR{cb.recvMR, cb.sendMR, cb.rdmaMR, cb.startMR} {
-		if m != nil {
-			m.Dereg()
-		}
+	if ret := cb.setupBuffers(); ret != 0 {
+		fmt.Fprintf(w, "rping_setup_buffers failed: %d\n", ret)
+		return ret
 	}
-	if cb.cq != nil {
-		cb.cq.Destroy()
+	if err := cm.PrepareQP(cb.qp); err != nil {
+		fmt.Fprintf(w, "ibv_post_recv failed: %d\n", int(syscall.EINVAL))
+		return int(syscall.EINVAL)
 	}
-	if cb.pd != nil {
-		cb.pd.Dealloc()
+	if err := cb.postRecv(); err != nil {
+		fmt.Fprintf(w, "ibv_post_recv failed: %d\n", postErrno(err))
+		return postErrno(err)
 	}
+	cb.debugf("cq_thread started.\n")
+	return 0
 }
 
 // postRecv posts rping's one receive: 16 bytes into the receive buffer.
@@ -217,9 +227,19 @@ func (cb *rpingCB) postRecv() error {
 	return cb.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{cb.recvMR.SGE(0, rpingInfoSize)}})
 }
 
-// postSend SENDs the 16-byte send buffer.
-func (cb *rpingCB) postSend() error {
-	return cb.qp.PostSend(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendSignaled,
+// post posts wr on the send queue: 0, or the errno after rping's line.
+func (cb *rpingCB) post(wr *roce.SendWR) int {
+	if err := cb.qp.PostSend(wr); err != nil {
+		ret := postErrno(err)
+		fmt.Fprintf(cb.r.stderr, "post send error %d\n", ret)
+		return ret
+	}
+	return 0
+}
+
+// postSend SENDs the 16-byte send buffer, as post.
+func (cb *rpingCB) postSend() int {
+	return cb.post(&roce.SendWR{Opcode: roce.WRSend, Flags: roce.SendSignaled,
 		SGL: []roce.SGE{cb.sendMR.SGE(0, rpingInfoSize)}})
 }
 
@@ -283,6 +303,32 @@ func (cb *rpingCB) next(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
+}
+
+// wait is a sem_wait of rping's tests and their check of the state it
+// leaves: 0 if it is want, else -1 after rping's line. The error is ctx's
+// end.
+func (cb *rpingCB) wait(ctx context.Context, want rpingState) (int, error) {
+	if err := cb.next(ctx); err != nil {
+		return 0, err
+	}
+	if cb.state != want {
+		fmt.Fprintf(cb.r.stderr, "wait for %v state %d\n", want, cb.state)
+		return -1, nil
+	}
+	return 0, nil
+}
+
+// ended is the end of rping's tests after a failure (status ret) or ctx's
+// end (err): a failure once the peer has disconnected is none.
+func (cb *rpingCB) ended(ret int, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	if cb.state == rpDisconnected {
+		return 0, nil
+	}
+	return ret, nil
 }
 
 // complete handles one completion as rping_cq_event_handler does and
@@ -459,36 +505,17 @@ func (r *rping) runPersistentServer(ctx context.Context, d *cmDevice) int {
 // would have ended the process (a connection that failed to come up).
 func (cb *rpingCB) serve(ctx context.Context, req *cm.Request, persistent bool) (int, bool) {
 	w := cb.r.stderr
-	if ret := cb.setupQP(); ret != 0 {
-		fmt.Fprintf(w, "setup_qp failed: %d\n", ret)
+	if ret := cb.setup(); ret != 0 {
 		req.Reject(nil)
 		return ret, false
 	}
-	if ret := cb.setupBuffers(); ret != 0 {
-		fmt.Fprintf(w, "rping_setup_buffers failed: %d\n", ret)
-		req.Reject(nil)
-		return ret, false
-	}
-	if err := cm.PrepareQP(cb.qp); err != nil {
-		fmt.Fprintf(w, "ibv_post_recv failed: %d\n", int(syscall.EINVAL))
-		req.Reject(nil)
-		return int(syscall.EINVAL), false
-	}
-	if err := cb.postRecv(); err != nil {
-		fmt.Fprintf(w, "ibv_post_recv failed: %d\n", postErrno(err))
-		req.Reject(nil)
-		return postErrno(err), false
-	}
-	cb.debugf("cq_thread started.\n")
 	cb.state = rpConnectRequest
 	cb.debugf("accepting client connection request\n")
 	var p *cm.ConnParam
 	if cb.r.o.selfQP {
 		p = rpingConnParam()
 	}
-	actx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
-	conn, err := req.Accept(actx, cb.qp, p)
-	cancel()
+	conn, err := cmAccept(ctx, req, cb.qp, p)
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitInterrupted, false
@@ -522,87 +549,62 @@ func rpingConnParam() *cm.ConnParam {
 // back, say go ahead again, until the client disconnects (status 0) or
 // something fails (the error's status). The error is ctx's end.
 func (cb *rpingCB) testServer(ctx context.Context) (int, error) {
-	w := cb.r.stderr
-	size := cb.r.o.size
-	data := make([]byte, size)
-	ret := 0
+	data := make([]byte, cb.r.o.size)
 	for {
-		if err := cb.next(ctx); err != nil {
-			return 0, err
+		if ret, err := cb.servePing(ctx, data); ret != 0 || err != nil {
+			return cb.ended(ret, err)
 		}
-		if cb.state != rpReadAdv {
-			fmt.Fprintf(w, "wait for RDMA_READ_ADV state %d\n", cb.state)
-			ret = -1
-			break
-		}
-		cb.debugf("server received sink adv\n")
-		err := cb.qp.PostSend(&roce.SendWR{Opcode: roce.WRRDMARead, Flags: roce.SendSignaled,
-			SGL: []roce.SGE{cb.rdmaMR.SGE(0, int(cb.remoteLen))}, RemoteAddr: cb.remoteAddr, RKey: cb.remoteRKey})
-		if err != nil {
-			ret = postErrno(err)
-			fmt.Fprintf(w, "post send error %d\n", ret)
-			break
-		}
-		cb.debugf("server posted rdma read req \n")
-		if err := cb.next(ctx); err != nil {
-			return 0, err
-		}
-		if cb.state != rpReadComplete {
-			fmt.Fprintf(w, "wait for RDMA_READ_COMPLETE state %d\n", cb.state)
-			ret = -1
-			break
-		}
-		cb.debugf("server received read complete\n")
-		cb.rdmaMR.ReadAt(data, 0)
-		if cb.r.o.verbose {
-			fmt.Fprintf(cb.r.stdout, "server ping data: %s\n", cstring(data))
-		}
-		if err := cb.postSend(); err != nil {
-			ret = postErrno(err)
-			fmt.Fprintf(w, "post send error %d\n", ret)
-			break
-		}
-		cb.debugf("server posted go ahead\n")
+	}
+}
 
-		if err := cb.next(ctx); err != nil {
-			return 0, err
-		}
-		if cb.state != rpWriteAdv {
-			fmt.Fprintf(w, "wait for RDMA_WRITE_ADV state %d\n", cb.state)
-			ret = -1
-			break
-		}
-		cb.debugf("server received sink adv\n")
-		n := min(len(cstring(data))+1, size) // strlen(rdma_buf) + 1
-		sge := cb.rdmaMR.SGE(0, n)
-		cb.debugf("rdma write from lkey %x laddr %x len %d\n", sge.LKey, sge.Addr, sge.Length)
-		err = cb.qp.PostSend(&roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
-			SGL: []roce.SGE{sge}, RemoteAddr: cb.remoteAddr, RKey: cb.remoteRKey})
-		if err != nil {
-			ret = postErrno(err)
-			fmt.Fprintf(w, "post send error %d\n", ret)
-			break
-		}
-		if err := cb.next(ctx); err != nil {
-			return 0, err
-		}
-		if cb.state != rpWriteComplete {
-			fmt.Fprintf(w, "wait for RDMA_WRITE_COMPLETE state %d\n", cb.state)
-			ret = -1
-			break
-		}
-		cb.debugf("server rdma write complete \n")
-		if err := cb.postSend(); err != nil {
-			ret = postErrno(err)
-			fmt.Fprintf(w, "post send error %d\n", ret)
-			break
-		}
-		cb.debugf("server posted go ahead\n")
+// servePing is one turn of rping_test_server's loop, with data the room
+// for the ping's data. It returns the status of the first failure, 0 if
+// none; the error is ctx's end.
+func (cb *rpingCB) servePing(ctx context.Context, data []byte) (int, error) {
+	if ret, err := cb.wait(ctx, rpReadAdv); ret != 0 || err != nil {
+		return ret, err
 	}
-	if cb.state == rpDisconnected {
-		return 0, nil
+	cb.debugf("server received sink adv\n")
+	read := &roce.SendWR{Opcode: roce.WRRDMARead, Flags: roce.SendSignaled,
+		SGL: []roce.SGE{cb.rdmaMR.SGE(0, int(cb.remoteLen))}, RemoteAddr: cb.remoteAddr, RKey: cb.remoteRKey}
+	if ret := cb.post(read); ret != 0 {
+		return ret, nil
 	}
-	return ret, nil
+	cb.debugf("server posted rdma read req \n")
+	if ret, err := cb.wait(ctx, rpReadComplete); ret != 0 || err != nil {
+		return ret, err
+	}
+	cb.debugf("server received read complete\n")
+	cb.rdmaMR.ReadAt(data, 0)
+	if cb.r.o.verbose {
+		fmt.Fprintf(cb.r.stdout, "server ping data: %s\n", cstring(data))
+	}
+	if ret := cb.postSend(); ret != 0 {
+		return ret, nil
+	}
+	cb.debugf("server posted go ahead\n")
+
+	if ret, err := cb.wait(ctx, rpWriteAdv); ret != 0 || err != nil {
+		return ret, err
+	}
+	cb.debugf("server received sink adv\n")
+	n := min(len(cstring(data))+1, len(data)) // strlen(rdma_buf) + 1
+	sge := cb.rdmaMR.SGE(0, n)
+	cb.debugf("rdma write from lkey %x laddr %x len %d\n", sge.LKey, sge.Addr, sge.Length)
+	write := &roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.SendSignaled,
+		SGL: []roce.SGE{sge}, RemoteAddr: cb.remoteAddr, RKey: cb.remoteRKey}
+	if ret := cb.post(write); ret != 0 {
+		return ret, nil
+	}
+	if ret, err := cb.wait(ctx, rpWriteComplete); ret != 0 || err != nil {
+		return ret, err
+	}
+	cb.debugf("server rdma write complete \n")
+	if ret := cb.postSend(); ret != 0 {
+		return ret, nil
+	}
+	cb.debugf("server posted go ahead\n")
+	return 0, nil
 }
 
 // runClient is rping_run_client: resolve, connect, ping, disconnect.
@@ -623,27 +625,11 @@ func (r *rping) runClient(ctx context.Context, d *cmDevice) int {
 	r.debugf("cma_event type RDMA_CM_EVENT_ROUTE_RESOLVED cma_id %p (parent)\n", d.agent)
 	cb.state = rpRouteResolved
 	r.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
-	if ret := cb.setupQP(); ret != 0 {
-		fmt.Fprintf(w, "setup_qp failed: %d\n", ret)
+	if ret := cb.setup(); ret != 0 {
 		return ret
 	}
-	if ret := cb.setupBuffers(); ret != 0 {
-		fmt.Fprintf(w, "rping_setup_buffers failed: %d\n", ret)
-		return ret
-	}
-	if err := cm.PrepareQP(cb.qp); err != nil {
-		fmt.Fprintf(w, "ibv_post_recv failed: %d\n", int(syscall.EINVAL))
-		return int(syscall.EINVAL)
-	}
-	if err := cb.postRecv(); err != nil {
-		fmt.Fprintf(w, "ibv_post_recv failed: %d\n", postErrno(err))
-		return postErrno(err)
-	}
-	r.debugf("cq_thread started.\n")
 
-	dctx, cancel := context.WithTimeout(ctx, 2*cmPeerTimeout)
-	conn, err := d.agent.Dial(dctx, netip.AddrPortFrom(o.addr, o.port), cb.qp, &cm.DialOptions{Src: o.src, Param: rpingConnParam()})
-	cancel()
+	conn, err := d.dial(ctx, netip.AddrPortFrom(o.addr, o.port), cb.qp, &cm.DialOptions{Src: o.src, Param: rpingConnParam()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitInterrupted
@@ -690,54 +676,47 @@ func (cb *rpingCB) formatSend(mr *roce.MR) {
 // server leaves). It returns rping's status, or ctx's error.
 func (cb *rpingCB) testClient(ctx context.Context) (int, error) {
 	o := cb.r.o
-	w := cb.r.stderr
 	start := make([]byte, o.size)
 	got := make([]byte, o.size)
-	ret := 0
 	for ping := 0; o.count == 0 || ping < o.count; ping++ {
-		cb.state = rpReadAdv
-		rpingFill(start, ping)
-		cb.startMR.WriteAt(start, 0)
-		cb.formatSend(cb.startMR)
-		if err := cb.postSend(); err != nil {
-			ret = postErrno(err)
-			fmt.Fprintf(w, "post send error %d\n", ret)
-			break
-		}
-		if err := cb.next(ctx); err != nil {
-			return 0, err
-		}
-		if cb.state != rpWriteAdv {
-			fmt.Fprintf(w, "wait for RDMA_WRITE_ADV state %d\n", cb.state)
-			ret = -1
-			break
-		}
-		cb.formatSend(cb.rdmaMR)
-		if err := cb.postSend(); err != nil {
-			ret = postErrno(err)
-			fmt.Fprintf(w, "post send error %d\n", ret)
-			break
-		}
-		if err := cb.next(ctx); err != nil {
-			return 0, err
-		}
-		if cb.state != rpWriteComplete {
-			fmt.Fprintf(w, "wait for RDMA_WRITE_COMPLETE state %d\n", cb.state)
-			ret = -1
-			break
-		}
-		cb.rdmaMR.ReadAt(got, 0)
-		if o.validate && string(start) != string(got) {
-			fmt.Fprintf(w, "data mismatch!\n")
-			ret = -1
-			break
-		}
-		if o.verbose {
-			fmt.Fprintf(cb.r.stdout, "ping data: %s\n", cstring(got))
+		if ret, err := cb.clientPing(ctx, ping, start, got); ret != 0 || err != nil {
+			return cb.ended(ret, err)
 		}
 	}
-	if cb.state == rpDisconnected {
-		return 0, nil
+	return 0, nil
+}
+
+// clientPing is one turn of rping_test_client's loop: ping number ping's
+// data written into the start buffer (start, its copy) and advertised,
+// the sink advertised, what the server wrote there read into got, checked
+// (-V) and printed (-v). It returns the status of the first failure, 0 if
+// none; the error is ctx's end.
+func (cb *rpingCB) clientPing(ctx context.Context, ping int, start, got []byte) (int, error) {
+	o := cb.r.o
+	cb.state = rpReadAdv
+	rpingFill(start, ping)
+	cb.startMR.WriteAt(start, 0)
+	cb.formatSend(cb.startMR)
+	if ret := cb.postSend(); ret != 0 {
+		return ret, nil
 	}
-	return ret, nil
+	if ret, err := cb.wait(ctx, rpWriteAdv); ret != 0 || err != nil {
+		return ret, err
+	}
+	cb.formatSend(cb.rdmaMR)
+	if ret := cb.postSend(); ret != 0 {
+		return ret, nil
+	}
+	if ret, err := cb.wait(ctx, rpWriteComplete); ret != 0 || err != nil {
+		return ret, err
+	}
+	cb.rdmaMR.ReadAt(got, 0)
+	if o.validate && string(start) != string(got) {
+		fmt.Fprintf(cb.r.stderr, "data mismatch!\n")
+		return -1, nil
+	}
+	if o.verbose {
+		fmt.Fprintf(cb.r.stdout, "ping data: %s\n", cstring(got))
+	}
+	return 0, nil
 }

@@ -62,16 +62,21 @@ func TestRpingInfo(t *testing.T) {
 	}
 }
 
-var rpingUsageText = func() string {
-	b, err := os.ReadFile("testdata/usage-rping-44.txt")
+// usage44 is the usage rdma-core 44's name printed (after its message for
+// -x, where it has one), captured in testdata/usage-NAME-44.txt from
+// Debian's binary run as ./NAME; the clone is NAME.
+func usage44(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/usage-" + name + "-44.txt")
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
-	return string(b)
-}()
+	return strings.ReplaceAll(string(b), "./"+name, name)
+}
 
 // Command lines: rping's messages, usage and statuses; the options read.
 func TestRpingFlags(t *testing.T) {
+	rpingUsageText := usage44(t, "rping")
 	b := &strings.Builder{}
 	rpingUsage(b)
 	if b.String() != rpingUsageText {
@@ -136,12 +141,7 @@ func TestRpingFlags(t *testing.T) {
 }
 
 func TestUcmatoseFlags(t *testing.T) {
-	usage, err := os.ReadFile("testdata/usage-ucmatose-44.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The capture ran ./ucmatose; the clone is ucmatose.
-	wantUsage := strings.ReplaceAll(string(usage), "./ucmatose", "ucmatose")
+	wantUsage := usage44(t, "ucmatose")
 	for _, tc := range []struct {
 		args []string
 		want string // stderr then stdout
@@ -175,13 +175,9 @@ func TestUcmatoseFlags(t *testing.T) {
 
 func TestRdmaServerClientFlags(t *testing.T) {
 	for _, name := range []string{"rdma_server", "rdma_client"} {
-		usage, err := os.ReadFile("testdata/usage-" + name + "-44.txt")
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := strings.ReplaceAll(string(usage), "./"+name, name)
+		want := usage44(t, name)
 		var out, errb bytes.Buffer
-		err = Run(context.Background(), []string{name, "-p", "1", "-x"}, &out, &errb)
+		err := Run(context.Background(), []string{name, "-p", "1", "-x"}, &out, &errb)
 		if ExitCode(err) != 1 || errb.String()+out.String() != want {
 			t.Errorf("%s -x: exit %d\n%s%s\nwant exit 1 and\n%s", name, ExitCode(err), errb.String(), out.String(), want)
 		}

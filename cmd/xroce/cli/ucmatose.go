@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"strings"
 	"syscall"
 	"time"
 
@@ -29,17 +28,10 @@ func init() {
 
 // ucmatoseOptions is ucmatose's command line.
 type ucmatoseOptions struct {
-	dst, src    string // -s (client mode), -b
-	numeric     bool   // -f ip or gid: no name look-ups
-	ps          mad.PortSpace
-	connections int    // -c
-	count       int    // -C
-	size        int    // -S
-	tos         uint8  // -t
-	setTOS      bool   //
-	port        string // -p
-	migrate     bool   // -m
-	ifname      string // -d (xroce's)
+	cmatestOptions
+	ps      mad.PortSpace // -P
+	port    string        // -p
+	migrate bool          // -m
 }
 
 // ucmatoseUsage prints ucmatose's usage (stdout) for program name.
@@ -63,21 +55,13 @@ func ucmatoseUsage(w io.Writer, name string) {
 // parseUcmatose reads ucmatose's command line as its main does: glibc's
 // message and the usage, status 1, for a mistake.
 func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions, code int, done bool) {
-	o = &ucmatoseOptions{ps: mad.PortSpaceTCP, connections: 1, count: 10, size: 100, port: "7471"}
+	o = &ucmatoseOptions{cmatestOptions: cmatestOptions{connections: 1, count: 10, size: 100}, ps: mad.PortSpaceTCP, port: "7471"}
 	opts, _ := getopt(args, "s:b:f:P:c:C:S:t:p:a:md:")
 	for _, op := range opts {
+		if o.set(stderr, op) {
+			continue
+		}
 		switch op.c {
-		case 's':
-			o.dst = op.arg
-		case 'b':
-			o.src = op.arg
-		case 'f':
-			switch {
-			case hasPrefixFold(op.arg, "ip"), hasPrefixFold(op.arg, "gid"):
-				o.numeric = true
-			case !hasPrefixFold(op.arg, "name"):
-				fmt.Fprintln(stderr, "Warning: unknown address format")
-			}
 		case 'P':
 			switch {
 			case hasPrefixFold(op.arg, "ib"):
@@ -85,14 +69,6 @@ func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions,
 			case !hasPrefixFold(op.arg, "tcp"):
 				fmt.Fprintln(stderr, "Warning: unknown port space format")
 			}
-		case 'c':
-			o.connections = atoi(op.arg)
-		case 'C':
-			o.count = atoi(op.arg)
-		case 'S':
-			o.size = atoi(op.arg)
-		case 't':
-			o.setTOS, o.tos = true, strtoul8(op.arg)
 		case 'p':
 			o.port = op.arg
 		case 'm':
@@ -101,8 +77,6 @@ func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions,
 			// RDMA_OPTION_ID_ACK_TIMEOUT: the local QP's ACK time-out,
 			// which package cm does not let a caller set; read, unused.
 			_ = strtoul8(op.arg)
-		case 'd':
-			o.ifname = op.arg
 		default:
 			fmt.Fprintf(stderr, "ucmatose: %s\n", op.msg)
 			ucmatoseUsage(stdout, "ucmatose")
@@ -112,30 +86,20 @@ func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions,
 	return o, 0, false
 }
 
-// hasPrefixFold is strncasecmp(prefix, s, len(prefix)) == 0.
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
 func runUcmatose(ctx context.Context, e *env, args []string) error {
 	o, code, done := parseUcmatose(e.stdout, e.stderr, args)
 	if done {
 		return status(code)
 	}
-	t := &cmatose{o: o, stdout: e.stdout, stderr: e.stderr, count: o.count}
+	t := &cmatose{cmatest: cmatest{name: "cmatose", stdout: e.stdout, stderr: e.stderr, count: o.count}, o: o}
 	return status(t.run(ctx))
 }
 
 // cmatose is one run of ucmatose.
 type cmatose struct {
-	o              *ucmatoseOptions
-	stdout, stderr io.Writer
-	count          int // message_count, which a message size of 0 sets to 0
-	nodes          []*cmatoseNode
-	d              *cmDevice
-	connectsLeft   int
-	interrupted    bool
-	silent         bool // a wait for the peer timed out: wait for it no more
+	cmatest
+	o     *ucmatoseOptions
+	nodes []*cmatoseNode
 }
 
 // cmatoseNode is one connection: its own PD, send and receive CQs, QP and
@@ -154,69 +118,23 @@ const (
 	cmatoseRecvCQ = 1
 )
 
-func (t *cmatose) printf(format string, a ...any) { fmt.Fprintf(t.stdout, format, a...) }
-
 // run is cmatose's main after the command line: its exit status is the
 // return status it prints.
 func (t *cmatose) run(ctx context.Context) int {
-	o := t.o
-	if o.connections < 0 {
-		t.printf("cmatose: unable to allocate memory for test nodes\n")
+	a, ok := t.start(ctx, "ucmatose", &t.o.cmatestOptions, t.o.port)
+	if !ok {
 		return 1
 	}
-	t.connectsLeft = o.connections
-	// The device: -d, or that of -b, or of the route to -s, or the only
-	// one; as librdmacm's, found before anything is printed.
-	var local, peer netip.Addr
-	var gerr *gaiError
-	if o.src != "" {
-		local, gerr = lookupAddr(ctx, o.src, o.numeric)
-	}
-	if o.dst != "" && gerr == nil {
-		peer, gerr = lookupAddr(ctx, o.dst, o.numeric)
-	}
-	var port uint16
-	if gerr == nil {
-		port, gerr = lookupPort(o.port)
-	}
-	var ierr *ifaceError
-	var ifname string
-	if gerr == nil {
-		ifname, ierr = cmInterface(o.ifname, local, peer)
-	}
-	if gerr == nil && (ierr == nil || ierr.errno == syscall.ENODEV) {
-		var err error
-		if ierr != nil && o.dst == "" {
-			err = fmt.Errorf("%v: name one with -d INTERFACE", ierr)
-		} else if ierr != nil {
-			err = ierr
-		} else {
-			t.d, err = openCM(ifname)
-		}
-		if err != nil {
-			fmt.Fprintf(t.stderr, "ucmatose: %v\n", err)
-			fmt.Fprintln(t.stderr, "No RDMA devices were detected")
-			return 1
-		}
-		defer t.d.Close()
-	}
-	t.nodes = make([]*cmatoseNode, o.connections)
-	for i := range t.nodes {
-		t.nodes[i] = &cmatoseNode{}
-	}
+	defer t.close()
+	t.nodes = allocNodes[cmatoseNode](t.o.connections)
 	defer t.destroyNodes()
 	var ret int
-	if o.dst != "" {
-		ret = t.runClient(ctx, netip.AddrPortFrom(peer, port), local, gerr, ierr)
+	if t.o.dst != "" {
+		ret = t.runClient(ctx, a)
 	} else {
-		ret = t.runServer(ctx, netip.AddrPortFrom(local, port), gerr, ierr)
+		ret = t.runServer(ctx, a)
 	}
-	if t.interrupted {
-		return exitInterrupted
-	}
-	t.printf("test complete\n")
-	t.printf("return status %d\n", ret)
-	return ret
+	return t.end(ret)
 }
 
 // initNode is cmatose's init_node: a PD, two CQs of message_count
@@ -251,24 +169,9 @@ func (t *cmatose) initNode(n *cmatoseNode) int {
 		perror(t.stderr, "cmatose: unable to create QP", syscall.EINVAL)
 		return -1
 	}
-	// create_message
-	if t.o.size == 0 {
-		t.count = 0
-	}
-	if t.count == 0 {
-		return 0
-	}
-	if t.o.size < 0 || t.o.size > 1<<30 {
-		t.printf("failed message allocation\n")
-		t.printf("cmatose: failed to create messages: %d\n", -1)
-		return -1
-	}
-	if n.mr, err = n.pd.RegMR(make([]byte, t.o.size), roce.AccessLocalWrite); err != nil {
-		t.printf("failed to reg MR\n")
-		t.printf("cmatose: failed to create messages: %d\n", -1)
-		return -1
-	}
-	return 0
+	var ret int
+	n.mr, ret = t.createMessage(n.pd, t.o.size, t.o.size)
+	return ret
 }
 
 // postRecvs posts message_count receives into the message buffer.
@@ -309,16 +212,10 @@ func (t *cmatose) pollCQs(ctx context.Context, which int) int {
 			continue
 		}
 		for range t.count {
-			ok, err := pollOne(ctx, n.cq[which], wc[:], nil, cmPeerTimeout)
-			switch {
-			case ctx.Err() != nil:
-				t.interrupted = true
-				return -1
-			case err != nil || !ok:
-				t.printf("%s\n", silentMsg("cmatose"))
-				t.silent = true
-				return -int(syscall.ETIMEDOUT)
-			case wc[0].Status != roce.WCSuccess:
+			if ret := t.poll(ctx, n.cq[which], wc[:]); ret != 0 {
+				return ret
+			}
+			if wc[0].Status != roce.WCSuccess {
 				t.printf("cmatose: failed completion: status %d (%v)\n", int(wc[0].Status), wc[0].Status)
 				return -1
 			}
@@ -330,30 +227,18 @@ func (t *cmatose) pollCQs(ctx context.Context, which int) int {
 // connectError is a connection that failed: cmatose's event line; its
 // status becomes the return status.
 func (t *cmatose) connectError(err error) int {
-	name, st := cmEvent(err)
-	t.printf("cmatose: event: %s, error: %d\n", name, st)
 	t.connectsLeft--
-	return st
+	return t.eventError(err)
 }
 
 // runServer is cmatose's run_server.
-func (t *cmatose) runServer(ctx context.Context, bind netip.AddrPort, gerr *gaiError, ierr *ifaceError) int {
+func (t *cmatose) runServer(ctx context.Context, a cmatestAddr) int {
 	t.printf("cmatose: starting server\n")
-	if gerr != nil {
-		t.printf("cmatose: getrdmaaddr error: %s\n", gerr.msg)
-		return gerr.code
-	}
-	if ierr != nil {
-		perror(t.stderr, "cmatose: bind address failed", ierr.errno)
-		return -1
-	}
-	l, err := t.d.agent.Listen(bind, &cm.ListenOptions{PortSpace: t.o.ps})
-	if err != nil {
-		perror(t.stderr, "cmatose: bind address failed", syscall.EADDRINUSE)
-		return -1
+	l, ret := t.listen(a, t.o.ps)
+	if l == nil {
+		return ret
 	}
 	defer l.Close()
-	listening()
 	// connect_events: accept requests until -c connections are up.
 	index := 0
 	for t.connectsLeft > 0 {
@@ -379,10 +264,7 @@ func (t *cmatose) runServer(ctx context.Context, bind netip.AddrPort, gerr *gaiE
 			req.Reject(nil)
 			return ret
 		}
-		actx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
-		n.conn, err = req.Accept(actx, n.qp, nil)
-		cancel()
-		if err != nil {
+		if n.conn, err = cmAccept(ctx, req, n.qp, nil); err != nil {
 			if ctx.Err() != nil {
 				t.interrupted = true
 				return -1
@@ -413,7 +295,7 @@ func (t *cmatose) runServer(ctx context.Context, bind netip.AddrPort, gerr *gaiE
 		t.printf("migrating to new event channel\n")
 	}
 	t.printf("cmatose: disconnecting\n")
-	ret := t.disconnectAll(ctx)
+	ret = t.disconnectAll(ctx)
 	t.printf("disconnected\n")
 	return ret
 }
@@ -442,18 +324,12 @@ func (t *cmatose) disconnectAll(ctx context.Context) int {
 }
 
 // runClient is cmatose's run_client.
-func (t *cmatose) runClient(ctx context.Context, dst netip.AddrPort, src netip.Addr, gerr *gaiError, ierr *ifaceError) int {
+func (t *cmatose) runClient(ctx context.Context, a cmatestAddr) int {
 	t.printf("cmatose: starting client\n")
-	if gerr != nil {
-		t.printf("cmatose: getaddrinfo error: %s\n", gerr.msg)
-		return gerr.code
+	if ret := t.connecting(a); ret != 0 {
+		return ret
 	}
-	t.printf("cmatose: connecting\n")
-	if ierr != nil {
-		perror(t.stderr, "cmatose: failure getting addr", ierr.errno)
-		return -1
-	}
-	ret := t.connectAll(ctx, dst, src)
+	ret := t.connectAll(ctx, netip.AddrPortFrom(a.peer, a.port), a.local)
 	if t.interrupted {
 		return -1
 	}
@@ -560,9 +436,8 @@ func (t *cmatose) connectAll(ctx context.Context, dst netip.AddrPort, src netip.
 			t.connectsLeft--
 			return r.ret
 		case r.err == errAddr:
-			t.printf("cmatose: event: RDMA_CM_EVENT_ADDR_ERROR, error: %d\n", -int(syscall.ETIMEDOUT))
 			t.connectsLeft--
-			return -int(syscall.ETIMEDOUT)
+			return t.addrError()
 		case r.err != nil:
 			if ctx.Err() != nil {
 				t.interrupted = true
@@ -576,29 +451,10 @@ func (t *cmatose) connectAll(ctx context.Context, dst netip.AddrPort, src netip.
 	return 0
 }
 
-// errAddr marks a node whose address did not resolve.
-var errAddr = fmt.Errorf("address resolution failed")
-
 // destroyNodes releases every node (destroy_nodes); a connection still up
 // goes as rdma_destroy_id makes it go.
 func (t *cmatose) destroyNodes() {
 	for _, n := range t.nodes {
-		if n.conn != nil {
-			n.conn.Close()
-		}
-		if n.qp != nil {
-			n.qp.Destroy()
-		}
-		for _, cq := range n.cq {
-			if cq != nil {
-				cq.Destroy()
-			}
-		}
-		if n.mr != nil {
-			n.mr.Dereg()
-		}
-		if n.pd != nil {
-			n.pd.Dealloc()
-		}
+		release(n.conn, n.qp, []*roce.MR{n.mr}, n.cq[:], n.pd)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"syscall"
 
 	"github.com/xroce/xroce/cm"
@@ -32,15 +33,8 @@ const udaddyPort = 7174
 
 // udaddyOptions is udaddy's command line.
 type udaddyOptions struct {
-	dst, src    string // -s (client mode), -b
-	numeric     bool   // -f ip or gid: no name look-ups
-	ps          int32  // -p, -P: the port space, an int as udaddy keeps it
-	connections int    // -c
-	count       int    // -C
-	size        int    // -S
-	tos         uint8  // -t
-	setTOS      bool   //
-	ifname      string // -d (xroce's)
+	cmatestOptions
+	ps int32 // -p, -P: the port space, an int as udaddy keeps it
 }
 
 // udaddyUsage prints udaddy's usage (stdout) for program name.
@@ -62,32 +56,16 @@ func udaddyUsage(w io.Writer, name string) {
 // parseUdaddy reads udaddy's command line as its main does: glibc's
 // message and the usage, status 1, for a mistake.
 func parseUdaddy(stdout, stderr io.Writer, args []string) (o *udaddyOptions, code int, done bool) {
-	o = &udaddyOptions{ps: int32(mad.PortSpaceUDP), connections: 1, count: 10, size: 100}
+	o = &udaddyOptions{cmatestOptions: cmatestOptions{connections: 1, count: 10, size: 100}, ps: int32(mad.PortSpaceUDP)}
 	opts, _ := getopt(args, "s:b:c:C:S:t:p:P:f:d:")
 	for _, op := range opts {
+		if o.set(stderr, op) {
+			continue
+		}
 		switch op.c {
-		case 's':
-			o.dst = op.arg
-		case 'b':
-			o.src = op.arg
-		case 'c':
-			o.connections = atoi(op.arg)
-		case 'C':
-			o.count = atoi(op.arg)
-		case 'S':
-			o.size = atoi(op.arg)
-		case 't':
-			o.setTOS, o.tos = true, strtoul8(op.arg)
 		case 'p':
 			v, _ := strtol(op.arg, 0)
 			o.ps = int32(v)
-		case 'f':
-			switch {
-			case hasPrefixFold(op.arg, "ip"), hasPrefixFold(op.arg, "gid"):
-				o.numeric = true
-			case !hasPrefixFold(op.arg, "name"):
-				fmt.Fprintln(stderr, "Warning: unknown address format")
-			}
 		case 'P':
 			switch {
 			case hasPrefixFold(op.arg, "ipoib"):
@@ -95,8 +73,6 @@ func parseUdaddy(stdout, stderr io.Writer, args []string) (o *udaddyOptions, cod
 			case !hasPrefixFold(op.arg, "udp"):
 				fmt.Fprintln(stderr, "Warning: unknown port space format")
 			}
-		case 'd':
-			o.ifname = op.arg
 		default:
 			fmt.Fprintf(stderr, "udaddy: %s\n", op.msg)
 			udaddyUsage(stdout, "udaddy")
@@ -111,19 +87,15 @@ func runUdaddy(ctx context.Context, e *env, args []string) error {
 	if done {
 		return status(code)
 	}
-	t := &udaddy{o: o, stdout: e.stdout, stderr: e.stderr, count: o.count}
+	t := &udaddy{cmatest: cmatest{name: "udaddy", stdout: e.stdout, stderr: e.stderr, count: o.count}, o: o}
 	return status(t.run(ctx))
 }
 
 // udaddy is one run of udaddy.
 type udaddy struct {
-	o              *udaddyOptions
-	stdout, stderr io.Writer
-	count          int // message_count, which a message size of 0 sets to 0
-	nodes          []*udaddyNode
-	d              *cmDevice
-	connectsLeft   int
-	interrupted    bool
+	cmatest
+	o     *udaddyOptions
+	nodes []*udaddyNode
 }
 
 // udaddyNode is one UD QP with its own PD, CQ (sends and receives) and
@@ -134,14 +106,11 @@ type udaddyNode struct {
 	cq         *roce.CQ
 	qp         *roce.QP
 	mr         *roce.MR
-	buf        []byte
 	av         *roce.AddressVector
 	remoteQPN  uint32
 	remoteQKey uint32
 	connected  bool
 }
-
-func (t *udaddy) printf(format string, a ...any) { fmt.Fprintf(t.stdout, format, a...) }
 
 // portSpace is the port space as the kernel's rdma_cm takes it (a 16-bit
 // field of rdma_create_id), and whether it knows it.
@@ -157,64 +126,25 @@ func (t *udaddy) portSpace() (mad.PortSpace, bool) {
 // run is udaddy's main after the command line: its exit status is the
 // return status it prints.
 func (t *udaddy) run(ctx context.Context) int {
-	o := t.o
-	if o.connections < 0 {
-		t.printf("udaddy: unable to allocate memory for test nodes\n")
+	a, ok := t.start(ctx, "udaddy", &t.o.cmatestOptions, strconv.Itoa(udaddyPort))
+	if !ok {
 		return 1
 	}
-	t.connectsLeft = o.connections
-	// The device, found before anything is printed, as ucmatose's.
-	var local, peer netip.Addr
-	var gerr *gaiError
-	if o.src != "" {
-		local, gerr = lookupAddr(ctx, o.src, o.numeric)
-	}
-	if o.dst != "" && gerr == nil {
-		peer, gerr = lookupAddr(ctx, o.dst, o.numeric)
-	}
-	var ierr *ifaceError
-	var ifname string
-	if gerr == nil {
-		ifname, ierr = cmInterface(o.ifname, local, peer)
-	}
-	if gerr == nil && (ierr == nil || ierr.errno == syscall.ENODEV) {
-		var err error
-		if ierr != nil && o.dst == "" {
-			err = fmt.Errorf("%v: name one with -d INTERFACE", ierr)
-		} else if ierr != nil {
-			err = ierr
-		} else {
-			t.d, err = openCM(ifname)
-		}
-		if err != nil {
-			fmt.Fprintf(t.stderr, "udaddy: %v\n", err)
-			fmt.Fprintln(t.stderr, "No RDMA devices were detected")
-			return 1
-		}
-		defer t.d.Close()
-	}
+	defer t.close()
 	// alloc_nodes: the client's rdma_create_id calls refuse a port space
 	// the kernel does not know, and udaddy exits without a word.
-	if _, ok := t.portSpace(); !ok && o.dst != "" && o.connections > 0 {
+	if _, ok := t.portSpace(); !ok && t.o.dst != "" && t.o.connections > 0 {
 		return 1
 	}
-	t.nodes = make([]*udaddyNode, o.connections)
-	for i := range t.nodes {
-		t.nodes[i] = &udaddyNode{}
-	}
+	t.nodes = allocNodes[udaddyNode](t.o.connections)
 	defer t.destroyNodes()
 	var ret int
-	if o.dst != "" {
-		ret = t.runClient(ctx, netip.AddrPortFrom(peer, udaddyPort), local, gerr, ierr)
+	if t.o.dst != "" {
+		ret = t.runClient(ctx, a)
 	} else {
-		ret = t.runServer(ctx, netip.AddrPortFrom(local, udaddyPort), gerr, ierr)
+		ret = t.runServer(ctx, a)
 	}
-	if t.interrupted {
-		return exitInterrupted
-	}
-	t.printf("test complete\n")
-	t.printf("return status %d\n", ret)
-	return ret
+	return t.end(ret)
 }
 
 // verifyParams is udaddy's verify_test_params: a datagram is one packet,
@@ -272,28 +202,12 @@ func (t *udaddy) initNode(n *udaddyNode) int {
 		perror(t.stderr, "udaddy: unable to create QP", errno)
 		return -1
 	}
-	// create_message
-	if t.o.size == 0 {
-		t.count = 0
-	}
-	if t.count == 0 {
-		return 0
-	}
-	if t.o.size < 0 || t.o.size > 1<<30 {
-		t.printf("failed message allocation\n")
-		t.printf("udaddy: failed to create messages: %d\n", -1)
-		return -1
-	}
 	// udaddy's receives all land in one buffer of -S bytes and the GRH;
 	// here the first has a slot of its own, so that its GRH, read for the
 	// server's reply, is not written again under the reader.
-	n.buf = make([]byte, 2*(t.o.size+udaddyGRH))
-	if n.mr, err = n.pd.RegMR(n.buf, roce.AccessLocalWrite); err != nil {
-		t.printf("failed to reg MR\n")
-		t.printf("udaddy: failed to create messages: %d\n", -1)
-		return -1
-	}
-	return 0
+	var ret int
+	n.mr, ret = t.createMessage(n.pd, t.o.size, 2*(t.o.size+udaddyGRH))
+	return ret
 }
 
 // udaddyGRH is the room for the GRH before a UD receive's data.
@@ -345,19 +259,14 @@ func (t *udaddy) pollCQs(ctx context.Context) int {
 			continue
 		}
 		for range t.count {
-			ok, err := pollOne(ctx, n.cq, wc[:], nil, cmPeerTimeout)
-			switch {
-			case ctx.Err() != nil:
-				t.interrupted = true
-				return -1
-			case err != nil || !ok:
-				t.printf("%s\n", silentMsg("udaddy"))
-				return -int(syscall.ETIMEDOUT)
+			if ret := t.poll(ctx, n.cq, wc[:]); ret != 0 {
+				return ret
 			}
 			if n.av == nil {
 				// create_reply_ah: ibv_create_ah_from_wc, the immediate's
-				// QP number, the node's own Q_Key.
-				av, ok := udaddyReplyAV(n.buf[:udaddyGRH], &wc[0], t.d.dev.GIDs(), t.d.dev.Info().MAC)
+				// QP number, the node's own Q_Key; the GRH is the first
+				// slot's.
+				av, ok := udaddyReplyAV(n.mr.Bytes()[:udaddyGRH], &wc[0], t.d.dev.GIDs(), t.d.dev.Info().MAC)
 				if !ok {
 					t.printf("udaddy: failed to create reply AH\n")
 					return -1
@@ -410,28 +319,18 @@ func udaddyReplyAV(grh []byte, wc *roce.WC, gids []netip.Addr, mac []byte) (av r
 }
 
 // runServer is udaddy's run_server.
-func (t *udaddy) runServer(ctx context.Context, bind netip.AddrPort, gerr *gaiError, ierr *ifaceError) int {
+func (t *udaddy) runServer(ctx context.Context, a cmatestAddr) int {
 	t.printf("udaddy: starting server\n")
 	ps, ok := t.portSpace()
 	if !ok {
 		perror(t.stderr, "udaddy: listen request failed", syscall.EINVAL)
 		return -1
 	}
-	if gerr != nil {
-		t.printf("udaddy: getrdmaaddr error: %s\n", gerr.msg)
-		return gerr.code
-	}
-	if ierr != nil {
-		perror(t.stderr, "udaddy: bind address failed", ierr.errno)
-		return -1
-	}
-	l, err := t.d.agent.Listen(bind, &cm.ListenOptions{PortSpace: ps})
-	if err != nil {
-		perror(t.stderr, "udaddy: bind address failed", syscall.EADDRINUSE)
-		return -1
+	l, ret := t.listen(a, ps)
+	if l == nil {
+		return ret
 	}
 	defer l.Close()
-	listening()
 	// udaddy goes on after connect_events whatever it returns: with the
 	// connections it has.
 	t.connectEvents(ctx, l)
@@ -496,18 +395,12 @@ func (t *udaddy) connectEvents(ctx context.Context, l *cm.Listener) int {
 }
 
 // runClient is udaddy's run_client.
-func (t *udaddy) runClient(ctx context.Context, dst netip.AddrPort, src netip.Addr, gerr *gaiError, ierr *ifaceError) int {
+func (t *udaddy) runClient(ctx context.Context, a cmatestAddr) int {
 	t.printf("udaddy: starting client\n")
-	if gerr != nil {
-		t.printf("udaddy: getaddrinfo error: %s\n", gerr.msg)
-		return gerr.code
+	if ret := t.connecting(a); ret != 0 {
+		return ret
 	}
-	t.printf("udaddy: connecting\n")
-	if ierr != nil {
-		perror(t.stderr, "udaddy: failure getting addr", ierr.errno)
-		return -1
-	}
-	if ret := t.resolveAll(ctx, dst, src); ret != 0 || t.interrupted {
+	if ret := t.resolveAll(ctx, netip.AddrPortFrom(a.peer, a.port), a.local); ret != 0 || t.interrupted {
 		return ret
 	}
 	if t.count != 0 {
@@ -587,12 +480,9 @@ func (t *udaddy) resolveAll(ctx context.Context, dst netip.AddrPort, src netip.A
 		case r.ret != 0:
 			return r.ret
 		case r.err == errAddr:
-			t.printf("udaddy: event: RDMA_CM_EVENT_ADDR_ERROR, error: %d\n", -int(syscall.ETIMEDOUT))
-			return -int(syscall.ETIMEDOUT)
+			return t.addrError()
 		case r.err != nil:
-			name, st := cmEvent(r.err)
-			t.printf("udaddy: event: %s, error: %d\n", name, st)
-			return st
+			return t.eventError(r.err)
 		}
 		// resolved_handler
 		r.n.av, r.n.remoteQPN, r.n.remoteQKey = &r.target.AV, r.target.QPN, r.target.QKey
@@ -604,17 +494,6 @@ func (t *udaddy) resolveAll(ctx context.Context, dst netip.AddrPort, src netip.A
 // destroyNodes releases every node (destroy_nodes).
 func (t *udaddy) destroyNodes() {
 	for _, n := range t.nodes {
-		if n.qp != nil {
-			n.qp.Destroy()
-		}
-		if n.cq != nil {
-			n.cq.Destroy()
-		}
-		if n.mr != nil {
-			n.mr.Dereg()
-		}
-		if n.pd != nil {
-			n.pd.Dealloc()
-		}
+		release(nil, n.qp, []*roce.MR{n.mr}, []*roce.CQ{n.cq}, n.pd)
 	}
 }

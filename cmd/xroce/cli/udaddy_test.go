@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +19,7 @@ import (
 // The usage, as rdma-core 44's udaddy prints it (captured from Debian's
 // binary), and the flags' warnings.
 func TestUdaddyUsage(t *testing.T) {
-	usage, err := os.ReadFile("testdata/usage-udaddy-44.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The capture ran ./udaddy; the clone is udaddy.
-	want := strings.ReplaceAll(string(usage), "./udaddy", "udaddy")
+	want := usage44(t, "udaddy")
 	for _, args := range [][]string{{"-C", "3", "-x"}, {"-h"}} {
 		var out, errb bytes.Buffer
 		err := Run(context.Background(), append([]string{"udaddy"}, args...), &out, &errb)
@@ -43,23 +37,24 @@ func TestUdaddyUsage(t *testing.T) {
 
 	for _, tc := range []struct {
 		args   []string
-		want   udaddyOptions
+		want   cmatestOptions
+		ps     int32
 		stderr string
 	}{
-		{nil, udaddyOptions{ps: 0x111, connections: 1, count: 10, size: 100}, ""},
+		{nil, cmatestOptions{connections: 1, count: 10, size: 100}, 0x111, ""},
 		{[]string{"-s", "h", "-b", "a", "-c2", "-C", "20", "-S500", "-t", "0x20", "-f", "IP", "-P", "udp"},
-			udaddyOptions{dst: "h", src: "a", numeric: true, ps: 0x111, connections: 2, count: 20, size: 500, tos: 0x20, setTOS: true}, ""},
-		{[]string{"-P", "ipoib"}, udaddyOptions{ps: 2, connections: 1, count: 10, size: 100}, ""},
-		{[]string{"-p", "0x13f", "-P", "UDPX"}, udaddyOptions{ps: 0x13f, connections: 1, count: 10, size: 100}, ""},
-		{[]string{"-P", "tcp", "-f", "ipv6"}, udaddyOptions{numeric: true, ps: 0x111, connections: 1, count: 10, size: 100},
+			cmatestOptions{dst: "h", src: "a", numeric: true, connections: 2, count: 20, size: 500, tos: 0x20, setTOS: true}, 0x111, ""},
+		{[]string{"-P", "ipoib"}, cmatestOptions{connections: 1, count: 10, size: 100}, 2, ""},
+		{[]string{"-p", "0x13f", "-P", "UDPX"}, cmatestOptions{connections: 1, count: 10, size: 100}, 0x13f, ""},
+		{[]string{"-P", "tcp", "-f", "ipv6"}, cmatestOptions{numeric: true, connections: 1, count: 10, size: 100}, 0x111,
 			"Warning: unknown port space format\n"},
-		{[]string{"-f", "dns", "-d", "veth0"}, udaddyOptions{ps: 0x111, connections: 1, count: 10, size: 100, ifname: "veth0"},
+		{[]string{"-f", "dns", "-d", "veth0"}, cmatestOptions{connections: 1, count: 10, size: 100, ifname: "veth0"}, 0x111,
 			"Warning: unknown address format\n"},
 	} {
 		var out, errb bytes.Buffer
 		o, _, done := parseUdaddy(&out, &errb, tc.args)
-		if done || *o != tc.want || errb.String() != tc.stderr || out.Len() != 0 {
-			t.Errorf("%q: %+v, stderr %q, want %+v, %q", tc.args, o, errb.String(), tc.want, tc.stderr)
+		if want := (udaddyOptions{tc.want, tc.ps}); done || *o != want || errb.String() != tc.stderr || out.Len() != 0 {
+			t.Errorf("%q: %+v, stderr %q, want %+v, %q", tc.args, o, errb.String(), want, tc.stderr)
 		}
 	}
 }
@@ -122,11 +117,7 @@ const (
 func TestUdaddy(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	b := p.B.IP.String()
-	for _, tc := range []struct {
-		name           string
-		server, client []string
-		sout, cout     string
-	}{
+	testCmatest(t, p, "udaddy", []cmatestCase{
 		{"default", nil, []string{"-s", b}, udaddyServerOut, udaddyClientOut},
 		{"many", []string{"-c", "2", "-C", "20", "-S", "500"}, []string{"-s", b, "-c", "2", "-C", "20", "-S", "500"},
 			udaddyServerOut, udaddyClientOut},
@@ -136,14 +127,7 @@ func TestUdaddy(t *testing.T) {
 		{"no-data", []string{"-S", "0"}, []string{"-s", b, "-C", "0"},
 			"udaddy: starting server\ntest complete\nreturn status 0\n",
 			"udaddy: starting client\nudaddy: connecting\ntest complete\nreturn status 0\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rs, rc := cmServerClient(t, p, append([]string{"udaddy", "-d", p.B.Ifname}, tc.server...),
-				append([]string{"udaddy"}, tc.client...), 10*time.Second)
-			wantRun(t, "client", rc, 0, tc.cout, "")
-			wantRun(t, "server", rs, 0, tc.sout, "")
-		})
-	}
+	})
 }
 
 // A client refused: no UD listener on the port at the server's CM (its
@@ -203,8 +187,7 @@ func TestUdaddyRefused(t *testing.T) {
 	})
 
 	t.Run("unanswered", func(t *testing.T) {
-		defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
-		cmPeerTimeout = time.Second
+		shortPeerTimeout(t)
 		start := time.Now()
 		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", b), 146, refused("-110"), "")
 		if d := time.Since(start); d > 10*time.Second {
@@ -271,6 +254,16 @@ func (u *udaddyPeer) received(t *testing.T, wc roce.WC, n int, src, imm uint32) 
 	return u.buf[int(wc.ID)*udaddySlot+20 : int(wc.ID)*udaddySlot+40]
 }
 
+// udaddyListen listens on udaddy's port of d's UDP port space.
+func udaddyListen(t *testing.T, d *cmDevice) *cm.Listener {
+	t.Helper()
+	l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, udaddyPort), &cm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // What goes on the wire: the client sends -C datagrams of -S bytes with
 // its QP number in the immediate and -t's TOS; the server answers the QP
 // number of the immediate (not the sender's), with its own QP number in
@@ -282,15 +275,8 @@ func TestUdaddyWire(t *testing.T) {
 	defer cancel()
 
 	t.Run("client", func(t *testing.T) {
-		var d *cmDevice
-		if err := p.B.Do(func() (err error) { d, err = openCM(p.B.Ifname); return err }); err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, udaddyPort), &cm.ListenOptions{PortSpace: mad.PortSpaceUDP})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := openCMIn(t, p.B)
+		l := udaddyListen(t, d)
 		cc := runIn(ctx, p.A, "udaddy", "-s", p.B.IP.String(), "-C", "3", "-S", "64", "-t", "0x48")
 		req, err := l.Accept(ctx)
 		if err != nil {
@@ -329,11 +315,7 @@ func TestUdaddyWire(t *testing.T) {
 
 	t.Run("server", func(t *testing.T) {
 		sc, _ := startServer(t, p.B, listenHook(t), "udaddy", "-d", p.B.Ifname, "-C", "3", "-S", "64")
-		var d *cmDevice
-		if err := p.A.Do(func() (err error) { d, err = openCM(p.A.Ifname); return err }); err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := openCMIn(t, p.A)
 		target, err := d.agent.ResolveUD(ctx, netip.AddrPortFrom(p.B.IP, udaddyPort), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -367,17 +349,9 @@ func TestUdaddyWire(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		// A server that answers the SIDR_REQ and then nothing: both
 		// clones give up after their bounded wait.
-		defer func(d time.Duration) { cmPeerTimeout = d }(cmPeerTimeout)
-		cmPeerTimeout = time.Second
-		var d *cmDevice
-		if err := p.B.Do(func() (err error) { d, err = openCM(p.B.Ifname); return err }); err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, udaddyPort), &cm.ListenOptions{PortSpace: mad.PortSpaceUDP})
-		if err != nil {
-			t.Fatal(err)
-		}
+		shortPeerTimeout(t)
+		d := openCMIn(t, p.B)
+		l := udaddyListen(t, d)
 		u := newUdaddyPeer(t, d.dev, 0)
 		go func() {
 			if req, err := l.Accept(ctx); err == nil {
@@ -388,18 +362,4 @@ func TestUdaddyWire(t *testing.T) {
 			"udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\n"+
 				"udaddy: nothing from the peer for 1s: giving up (is it still there?)\ntest complete\nreturn status -110\n", "")
 	})
-}
-
-// A server waiting for clients stops on SIGINT (its context's end) with
-// the status of a process SIGINT killed.
-func TestUdaddyInterrupted(t *testing.T) {
-	p := netns.NewT(t, netns.Config{})
-	sc, stop := startServer(t, p.B, listenHook(t), "udaddy", "-d", p.B.Ifname, "-c", "2")
-	stop()
-	select {
-	case r := <-sc:
-		wantRun(t, "server", r, exitInterrupted, "udaddy: starting server\n", "")
-	case <-time.After(testSlowdown * 10 * time.Second):
-		t.Fatal("the server did not stop")
-	}
 }
