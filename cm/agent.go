@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/xroce/xroce/mad"
@@ -31,22 +30,21 @@ const grhSize = 40
 // (the GSI), and one goroutine that receives MADs, runs the Engine and its
 // timers. Its methods are safe for concurrent use.
 type Agent struct {
-	d          *roce.Device
-	pd         *roce.PD
-	cq         *roce.CQ
-	gsi        *roce.QP
-	mr         *roce.MR
-	buf        []byte // Recv receive slots of 296 bytes, then Send send slots of 256
-	nrecv      int
-	epoch      time.Time
-	mac        [6]byte
-	kick       chan struct{}
-	stop       chan struct{}
-	stopped    chan struct{}
-	txNoBuf    atomic.Uint64
-	rxTooShort atomic.Uint64
-	closeOnce  sync.Once
-	closeErr   error
+	d         *roce.Device
+	pd        *roce.PD
+	cq        *roce.CQ
+	gsi       *roce.QP
+	mr        *roce.MR
+	buf       []byte // Recv receive slots of 296 bytes, then Send send slots of 256
+	nrecv     int
+	nsend     int
+	epoch     time.Time
+	mac       [6]byte
+	kick      chan struct{}
+	stop      chan struct{}
+	stopped   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 
 	// mu guards the engine and everything below it.
 	mu        sync.Mutex
@@ -77,7 +75,7 @@ func Open(d *roce.Device, cfg AgentConfig) (_ *Agent, err error) {
 		cfg.Send = 64
 	}
 	a := &Agent{
-		d: d, nrecv: cfg.Recv, epoch: time.Now(), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		d: d, nrecv: cfg.Recv, nsend: cfg.Send, epoch: time.Now(), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		stopped: make(chan struct{}), conns: map[uint32]*Conn{}, reqs: map[uint32]*Request{}, queries: map[uint32]*udQuery{},
 		listeners: map[uint64][]*Listener{},
 	}
@@ -162,7 +160,7 @@ type agentOut Agent
 func (o *agentOut) SendMAD(to *Peer, m mad.MAD) {
 	a := (*Agent)(o)
 	if len(a.freeSend) == 0 {
-		a.txNoBuf.Add(1) // the MAD layer's retries cover it
+		a.eng.stats.TxNoBuffer.Add(1) // the MAD layer's retries cover it
 		return
 	}
 	i := a.freeSend[len(a.freeSend)-1]
@@ -172,7 +170,7 @@ func (o *agentOut) SendMAD(to *Peer, m mad.MAD) {
 	wr := roce.SendWR{ID: sendID | uint64(i), Opcode: roce.WRSend, Flags: roce.SendSignaled,
 		SGL: []roce.SGE{a.mr.SGE(off, mad.Size)}, AV: &av, RemoteQPN: qp.GSIQPN, RemoteQKey: qp.GSIQKey}
 	if err := a.gsi.PostSend(&wr); err != nil {
-		a.txNoBuf.Add(1)
+		a.eng.stats.TxNoBuffer.Add(1)
 		return
 	}
 	a.freeSend = a.freeSend[:len(a.freeSend)-1]
@@ -240,8 +238,7 @@ func (a *Agent) completeLocked(now time.Duration, wc *roce.WC) {
 	i := int(wc.ID)
 	b := a.recvSlot(i)
 	if wc.ByteLen < grhSize+mad.Size {
-		a.rxTooShort.Add(1)
-		a.eng.Stats().RxMalformed.Add(1)
+		a.eng.stats.RxMalformed.Add(1)
 	} else if peer, ok := peerOf(b[:grhSize], wc.SrcMAC); ok {
 		a.eng.Input(now, b[grhSize:grhSize+mad.Size], &peer)
 	}
@@ -266,10 +263,9 @@ func peerOf(grh []byte, mac [6]byte) (Peer, bool) {
 
 // runTodoLocked runs the engine calls the handler deferred.
 func (a *Agent) runTodoLocked() {
-	for len(a.todo) > 0 {
-		f := a.todo[0]
-		a.todo = a.todo[1:]
-		f()
+	for i := 0; i < len(a.todo); i++ { // a deferred call may defer more
+		a.todo[i]()
+		a.todo[i] = nil
 	}
 	a.todo = a.todo[:0]
 }
@@ -313,7 +309,7 @@ func (a *Agent) Close() error {
 		// Let the last REJs and DREQs leave before QP 1 goes.
 		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			a.mu.Lock()
-			idle := len(a.freeSend) == cap(a.freeSend)
+			idle := len(a.freeSend) == a.nsend
 			a.mu.Unlock()
 			if idle {
 				break

@@ -166,6 +166,7 @@ type Stats struct {
 	Retransmits                             atomic.Uint64 // REQ, REP and DREQ resent
 	Timeouts                                atomic.Uint64 // retries exhausted
 	Refused                                 atomic.Uint64 // REQs refused for want of room (REJ 3)
+	TxNoBuffer                              atomic.Uint64 // MADs the output had no room for (retries cover them)
 }
 
 // numAttrs counts the CM messages REQ (0x10) to SIDR_REP (0x18).
