@@ -1,7 +1,7 @@
 #!/bin/bash
 # PID 1 of the interop VM (see interop/README.md). It runs the modes named in
 # XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap, xroce,
-# xloss, compare), writes
+# xloss, cm, cmloss, compare), writes
 # logs, captures and results.tsv to the 9p share mounted at /out, then powers
 # the VM off. Every test is one row of /out/results.tsv:
 #   NAME <tab> PASS|FAIL|SKIP <tab> SECONDS <tab> DETAIL
@@ -663,6 +663,704 @@ mode_xloss() {
 	fi
 }
 
+# --- cm: RDMA CM (rdma_cm over QP 1) between xroce and rxe --------------------------
+# rdmacm-utils (rdma_server/rdma_client, ucmatose, rping, udaddy) and perftest
+# -R in the guest against the same commands of xroce on the host, on the tap link,
+# both roles: in a "xroce_client" row the guest's tool is passive (it listens
+# with rdma_listen) and xroce connects to it; in a "xroce_server" row xroce
+# listens and the guest's tool connects. Every row also leaves, for the
+# host's check of its CM MADs (interop/run check_cm), a line in
+# /out/cm-windows.tsv: NAME, start and end (the guest's clock, as tcpdump's
+# timestamps), result, the number of connections it makes, rxe's CM
+# counters that moved and the row's phases. See interop/README.md, "RDMA CM".
+
+CM_XROCE=198.18.1.1
+CM_RXE=198.18.1.2
+# Seconds one side may keep running after the other has ended.
+CM_GRACE=15
+
+# cm_setup: the tap link, librdmacm's kernel half, and the kernel CM's
+# tracepoints (what rxe's CM sent, received, resent and dropped), saved per
+# row to logs/NAME.cm-trace.txt.
+cm_setup() {
+	tap_link
+	[ -n "${NAPFD:-}" ] || exec {NAPFD}<> <(:)
+	mkdir -p /out/host
+	modprobe -a ib_cm rdma_cm rdma_ucm
+	mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+	local e
+	for e in ib_cma rdma_cma; do
+		[ -e "/sys/kernel/tracing/events/$e/enable" ] && echo 1 >"/sys/kernel/tracing/events/$e/enable"
+	done
+	[ -e /dev/infiniband/rdma_cm ]
+}
+
+# The rows' own bookkeeping avoids forks where it can: a fork and exec
+# costs tens of milliseconds in the emulated guest, and a row's tools run
+# for less than a second.
+# nap SECONDS: sleep without a fork (a read that times out on a pipe that
+# never gets data).
+nap() {
+	[ -n "${NAPFD:-}" ] || exec {NAPFD}<> <(:)
+	read -rt "$1" -u "$NAPFD"
+}
+
+# cm_counters: rxe's CM counters (ib_cm's, per port), "PATH:VALUE" a line.
+cm_counters() {
+	grep -H . /sys/class/infiniband/rxetap/ports/1/cm_{tx_msgs,tx_retries,rx_msgs,rx_duplicates}/* 2>/dev/null
+}
+
+# cm_counter_moves BEFORE AFTER: the counters that moved, compactly:
+# "tx req 1 rtu 1 drep 1; retries rep 1; rx rep 1 dreq 1; dup req 1".
+cm_counter_moves() {
+	awk -F: 'NR == FNR { b[$1] = $2; next }
+		{ d = $2 - b[$1]; if (d <= 0) next
+		  m = split($1, k, "/"); g = k[m - 1]; k[2] = k[m]; sub(/^cm_/, "", g); sub(/_msgs$/, "", g); sub(/^tx_/, "", g); sub(/^rx_duplicates$/, "dup", g)
+		  if (!(g in seen)) { seen[g] = 1; order[++n] = g }
+		  s[g] = s[g] " " k[2] " " d }
+		END { for (i = 1; i <= n; i++) printf "%s%s%s", (i > 1 ? "; " : ""), order[i], s[order[i]] }' "$1" "$2"
+}
+
+# cm_wait_listen PORT PID: until an rdma_cm id listens on PORT (10 s at
+# most; not if PID, the listening tool, has ended).
+cm_wait_listen() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		rdma res show cm_id 2>/dev/null | grep -qE "LISTEN.*:$1( |\$)" && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		nap 0.05
+	done
+	return 1
+}
+
+# cm_host_start NAME TIMEOUT PROG ARGS...: host_start with fewer forks.
+cm_host_start() {
+	local name=$1 i
+	shift
+	[ -e "/out/host/$name.rc" ] && rm -f "/out/host/$name.rc"
+	printf '%s\n' "$@" >"/out/host/$name.tmp" && mv "/out/host/$name.tmp" "/out/host/$name.cmd"
+	for ((i = 0; i < 200; i++)); do
+		[ -e "/out/host/$name.started" ] && return 0
+		nap 0.05
+	done
+	return 1
+}
+
+# cm_snapshot FILE: rxe's view of a row that did not end: its rdma_cm ids and
+# QPs (PSNs), CM counters and the kernel's last messages.
+cm_snapshot() {
+	{
+		date +%T.%N
+		echo "== rdma res show cm_id"
+		rdma res show cm_id 2>&1
+		echo "== rdma res show qp"
+		rdma res show qp 2>&1
+		echo "== ib_cm counters"
+		cm_counters
+		echo "== tools"
+		pgrep -a '^(rping|ucmatose|rdma_server|rdma_client|ib_)' 2>&1
+		echo "== dmesg"
+		dmesg | tail -30
+	} >>"$1" 2>&1
+}
+
+# host_stop NAME: asks the host to stop its program NAME (TERM); see
+# serve_requests in interop/run.
+host_stop() {
+	: >"/out/host/$1.stop"
+}
+
+# cm_wait HOST GPID GLOG RETRY: waits for the guest's tool (GPID, a
+# `timeout ... TOOL &` writing GLOG) and the host's xroce (HOST); once one
+# has ended, the other gets CM_GRACE seconds, then is stopped (rxe's state
+# first saved to logs/ROW.cm-stuck.txt). With RETRY (a pattern), returns at
+# once with CM_RETRY=1 when the guest's tool ended with a line matching it
+# (a connection refused: nothing listened yet) while xroce still runs. Sets
+# CM_GRC and CM_HRC, the exit statuses.
+cm_wait() {
+	local host=$1 gpid=$2 log=$3 retry=$4 gdone=0 hdone=0 i=0 since=-1 stopped=0
+	CM_RETRY=0
+	while :; do
+		kill -0 "$gpid" 2>/dev/null || gdone=1
+		[ -s "/out/host/$host.rc" ] && hdone=1
+		[ $gdone = 1 ] && [ $hdone = 1 ] && break
+		if [ $gdone = 1 ] && [ -n "$retry" ] && grep -qE "$retry" "$log"; then
+			CM_RETRY=1
+			break
+		fi
+		# rxe's view 3 s into the row (PSNs of its QPs, cm_ids), for
+		# a row that then stalls.
+		[ $i = 30 ] && [ $gdone = 0 ] && [ $hdone = 0 ] && cm_snapshot "/out/logs/${host%.host-*}.cm-3s.txt"
+		if [ $gdone = 1 ] || [ $hdone = 1 ]; then
+			[ $since -lt 0 ] && since=$i
+			if [ $stopped = 0 ] && [ $((i - since)) -ge $((CM_GRACE * 10)) ]; then
+				stopped=1
+				cm_snapshot "/out/logs/${host%.host-*}.cm-stuck.txt"
+				if [ $gdone = 0 ]; then
+					echo "== the guest's tool still ran ${CM_GRACE}s after xroce ended: stopped" >>"/out/logs/${host%.host-*}.cm-stuck.txt"
+					stop "$gpid"
+				else
+					echo "== xroce still ran ${CM_GRACE}s after the guest's tool ended: stopped" >>"/out/logs/${host%.host-*}.cm-stuck.txt"
+					host_stop "$host"
+				fi
+			fi
+		fi
+		i=$((i + 1))
+		nap 0.1
+	done
+	wait "$gpid"
+	CM_GRC=$?
+	CM_HRC=$(cat "/out/host/$host.rc" 2>/dev/null)
+	[ $stopped = 1 ] && CM_STOPPED=1
+	return 0
+}
+
+# What a tool of librdmacm prints when nothing listens on the port yet (a
+# REJ, reason 8 "invalid service ID"): rping, ucmatose, rdma_client
+# (rdma_connect: ECONNREFUSED), perftest.
+CM_REFUSED='(REJECTED, error:? 8|UNREACHABLE, error:? 1)$|rdma_connect: Connection refused|Unexpected CM event bl blka 8|Unable to init the socket connection'
+
+# cm_row NAME ROLE CONNS PORT CHECK GUEST_TOOL... -- XROCE_ARGS...: one row.
+# ROLE xroce_client: GUEST_TOOL listens on PORT, then the host runs xroce
+# XROCE_ARGS to connect to it; ROLE xroce_server: the host runs xroce first,
+# then GUEST_TOOL connects, again while it is refused (xroce may not listen
+# yet). CONNS: the connections the row makes (for the host's MAD check).
+# CHECK: a command run as CHECK CLIENT_LOG SERVER_LOG after both ended 0; it
+# prints what is wrong, nothing when all is right. PASS when both exit 0 and
+# CHECK is content.
+cm_row() { rowrun _cm_row "$@"; }
+_cm_row() {
+	local name=$1 role=$2 conns=$3 port=$4 chk=$5 to=${XROCE_TIMEOUT:-120} t0 w0 tool=() host rlog xlog
+	local tries=0 why="" c0 c1 moves st detail clog slog
+	shift 5
+	while [ "$1" != "--" ]; do tool+=("$1"); shift; done
+	shift
+	t0=$(now)
+	w0=$EPOCHREALTIME
+	c0=/tmp/cm.counters0 c1=/tmp/cm.counters1
+	cm_counters >"$c0"
+	echo >/sys/kernel/tracing/trace 2>/dev/null
+	CM_STOPPED=0 CM_PHASES=""
+	CM_GRC="not run" CM_HRC="not started"
+	if [ "$role" = xroce_client ]; then
+		host=$name.host-client rlog=/out/logs/$name.guest-server.txt xlog=/out/logs/$name.host-client.txt
+		timeout -s KILL "$to" stdbuf -oL "${tool[@]}" >"$rlog" 2>&1 &
+		local gpid=$!
+		if ! cm_wait_listen "$port" "$gpid"; then
+			why="the guest's ${tool[0]} did not listen on port $port"
+			stop "$gpid"
+			wait "$gpid"
+			CM_GRC=$?
+		elif ! cm_phase listen || ! cm_host_start "$host" "$to" xroce "$@"; then
+			why="the host did not start xroce"
+			stop "$gpid"
+			wait "$gpid"
+		else
+			cm_phase host
+			cm_wait "$host" "$gpid" "$rlog" ""
+		fi
+		clog=$xlog slog=$rlog
+	else
+		host=$name.host-server rlog=/out/logs/$name.guest-client.txt xlog=/out/logs/$name.host-server.txt
+		if cm_host_start "$host" "$to" xroce "$@"; then
+			cm_phase host
+			# xroce opens the device and listens; a REQ that comes
+			# before is refused (REJ 8) and the tool is run again.
+			nap 0.5
+			while :; do
+				tries=$((tries + 1))
+				timeout -s KILL "$to" stdbuf -oL "${tool[@]}" >"$rlog" 2>&1 &
+				cm_wait "$host" $! "$rlog" "$([ $tries -lt 20 ] && echo "$CM_REFUSED")"
+				[ "$CM_RETRY" = 1 ] || break
+				cp "$rlog" "$rlog.refused$tries"
+				nap 0.3
+			done
+		else
+			why="the host did not start xroce"
+		fi
+		clog=$rlog slog=$xlog
+	fi
+	cm_phase done
+	cm_counters >"$c1"
+	moves=$(cm_counter_moves "$c0" "$c1")
+	cp /sys/kernel/tracing/trace "/out/logs/$name.cm-trace.txt" 2>/dev/null
+	if [ -z "$why" ] && [ "$CM_GRC" = 0 ] && [ "$CM_HRC" = 0 ]; then
+		why=$($chk "$clog" "$slog" 2>&1)
+	elif [ -z "$why" ]; then
+		why="rxe ${tool[0]} exit $CM_GRC, xroce exit $CM_HRC$([ "$CM_STOPPED" = 1 ] && echo " (one was stopped ${CM_GRACE}s after the other ended)"): $(grep -v '^ *$' "$xlog" 2>/dev/null | tail -1 | cut -c1-100) / $(grep -v '^ *$' "$rlog" 2>/dev/null | tail -1 | cut -c1-80)"
+	fi
+	[ $tries -gt 1 ] && moves="$((tries - 1)) refused, run again; $moves"
+	local race=""
+	if [ -n "$why" ] && [ "${CM_LOSSY:-0}" = 1 ] && race=$(cm_race "$role" "${tool[0]}" "$rlog" "$xlog" "$moves" "$chk"); then
+		why="" detail="passes as a race of the tools under loss: $race; rxe CM: $moves"
+	fi
+	if [ -n "$race" ]; then
+		st=PASS
+	elif [ -z "$why" ]; then
+		st=PASS
+		detail="rxe: $(cm_detail "$rlog"); xroce: $(cm_detail "$xlog"); rxe CM: $moves"
+	else
+		st=FAIL
+		detail="$why; rxe CM: $moves"
+	fi
+	[ -n "${CM_NOTE:-}" ] && detail="$detail; $($CM_NOTE)"
+	result "$name" "$st" "$t0" "$detail"
+	cm_phase end
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" "$conns" "$moves" "${CM_PHASES# }" >>/out/cm-windows.tsv
+}
+
+# cm_phase NAME: when the row reached NAME, seconds since its start (w0):
+# the listener up, xroce started, both ended, the row written.
+cm_phase() {
+	local a=${w0/./} b=${EPOCHREALTIME/./} d
+	d=$(((10#$b - 10#$a) / 10000))
+	CM_PHASES="$CM_PHASES $1 $((d / 100)).$((d % 100 / 10))$((d % 10))"
+}
+
+# cm_wire FILTER: how many frames of the capture so far that match the BPF
+# FILTER were captured since the row began (w0). In a filter, udp[8] is the
+# BTH opcode (4 SEND only, 17 ACK), udp[12:4] & 0xffffff the destination QP
+# (1: a MAD), udp[44:2] a MAD's attribute ID (0x15 DREQ).
+cm_wire() {
+	tcpdump -r "$CM_PCAP" -tt -n "$1" 2>/dev/null | awk -v t="$w0" '$1 >= t { n++ } END { print n + 0 }'
+}
+
+# cm_race ROLE TOOL RXE_LOG XROCE_LOG MOVES CHECK: prints which race of the
+# tools under loss made the row fail, and succeeds, when the evidence (exit
+# statuses, outputs, rxe's CM counters, the capture) shows that race and
+# nothing else. These end the same way between two rxe; xroce is not at
+# fault. The capture comes after netem (rxe's frames it drops are not in
+# it) and before the ingress filter (xroce's frames it drops are).
+cm_race() {
+	local role=$1 tool=$2 rlog=$3 xlog=$4 moves=$5 chk=$6 n m
+	case $tool.$role in
+	rping.xroce_server)
+		# rping's client sends its DREQ and destroys its id at once;
+		# the kernel's CM then never resends the DREQ (cm_destroy_id
+		# in DREQ_SENT cancels it). Lost, the server never learns of
+		# the end and waits for ever; xroce's gives up after 30 s.
+		[ "$CM_GRC" = 0 ] && grep -q 'nothing from the peer' "$xlog" || return 1
+		[ -z "$($chk "$rlog" "$xlog")" ] || return 1
+		[[ $moves =~ (^|\; )tx[^\;]*\ dreq\ [1-9] ]] || return 1
+		n=$(cm_wire 'src host 198.18.1.2 and udp[12:4] & 0xffffff = 1 and udp[44:2] = 0x15')
+		[ "$n" = 0 ] || return 1
+		echo "every ping through and checked both ends; rxe's client sent its DREQ (its counters) but none is on the wire: netem dropped it, and the kernel resends no DREQ of a destroyed id, so xroce's server waited for the disconnect (rping's race, the same between two rxe)"
+		;;
+	rdma_client.xroce_server | rdma_server.xroce_client)
+		# rdma_server and rdma_client send one message each and
+		# disconnect once they have their own completions: the one
+		# that has them first (O) closes its QP (rdma_disconnect moves
+		# it to the error state). When O's ACK of the other's (S's)
+		# SEND is lost, S's retransmissions go unanswered and S waits
+		# for its send completion: for ever on rxe (rxe_comp.c never
+		# counts down a retry_cnt of 7), 30 s in xroce's clones.
+		local o s ox
+		if [ "$CM_HRC" = 0 ] && grep -q ': end 0' "$xlog" && ! grep -q ': end 0' "$rlog"; then
+			o=198.18.1.1 s=198.18.1.2 ox="xroce's ${xlog##*.host-}"
+			n=$(cm_wire "src host $o and udp[8] = 17")
+			[ "$n" -ge 1 ] || return 1
+			n="xroce's ACK is on the wire ($n) but the ingress filter dropped it after"
+		elif [ "$CM_GRC" = 0 ] && grep -q ': end 0' "$rlog" && grep -q 'rdma_get_send_comp' "$xlog"; then
+			o=198.18.1.2 s=198.18.1.1 ox="rxe's ${rlog##*.guest-}"
+			n=$(cm_wire "src host $o and udp[8] = 17")
+			[ "$n" = 0 ] || return 1
+			n="no ACK of rxe's is on the wire: netem dropped it"
+		else
+			return 1
+		fi
+		m=$(cm_wire "src host $s and udp[8] = 4")
+		[ "$m" -ge 2 ] || return 1
+		echo "${ox%.txt} had both its completions, ended 0 and closed its QP; $n, so the peer sent its SEND $m times unanswered and waited for its send completion (the race of rdma_server and rdma_client, the same between two rxe)"
+		;;
+	*) return 1 ;;
+	esac
+}
+
+# cm_detail LOG: the figures worth showing from a CM tool's output.
+cm_detail() {
+	local n
+	if grep -q 'ping data: ' "$1"; then
+		n=$(grep -c 'ping data: ' "$1")
+		echo "$n ping data lines"
+	elif grep -qE 'return status|rdma_(server|client): end' "$1"; then
+		grep -E 'return status|rdma_(server|client): end' "$1" | tail -1
+	else
+		detail "$1"
+	fi
+}
+
+# cm_chk_exit0 CLIENT_LOG SERVER_LOG: nothing beyond the exit statuses.
+cm_chk_exit0() { :; }
+
+# cm_chk_rdma: rdma_server and rdma_client print "end 0".
+cm_chk_rdma() {
+	grep -q 'rdma_client: end 0' "$1" || echo "client did not print 'rdma_client: end 0': $(tail -1 "$1")"
+	grep -q 'rdma_server: end 0' "$2" || echo "server did not print 'rdma_server: end 0': $(tail -1 "$2")"
+}
+
+# cm_chk_ucmatose: both ends moved all their data and say so.
+cm_chk_ucmatose() {
+	local f
+	for f in "$1" "$2"; do
+		grep -q 'data transfers complete' "$f" && grep -q 'return status 0' "$f" ||
+			echo "${f##*/} lacks 'data transfers complete' or 'return status 0': $(tail -1 "$f")"
+	done
+}
+
+# cm_chk_udaddy: both ends moved all their datagrams and say so.
+cm_chk_udaddy() { cm_chk_ucmatose "$@"; }
+
+# cm_chk_rping SIZE COUNT CLIENT_LOG SERVER_LOG: with -v the client prints
+# "ping data: STRING" for each echo it got back, the server "server ping
+# data: STRING" for each ping it read; both must be exactly the COUNT
+# strings rping's client sends with -S SIZE (rping.c's rping_test_client):
+# "rdma-ping-N: ", then characters from 'A' + N mod 58 up to 'z' and round
+# again, SIZE - 1 in all. One awk: forks are dear here.
+cm_chk_rping() {
+	awk -v s="$1" -v c="$2" -v cl="$3" -v sl="$4" '
+		function want(p,   h, n) { h = sprintf("rdma-ping-%d: ", p); n = s - 1 - length(h)
+			return n > 0 ? h substr(big, p % 58 + 1, n) : substr(h, 1, s - 1) }
+		function check(f, pre, who,   l, n, bad) { n = 0; bad = ""
+			while ((getline l <f) > 0) {
+				if (index(l, pre) != 1) continue
+				l = substr(l, length(pre) + 1)
+				if (bad == "" && (n >= c || l != want(n))) bad = "line " n + 1 " differs: " substr(l, 1, 40)
+				n++
+			}
+			close(f)
+			if (bad == "" && n != c) bad = n " lines"
+			if (bad != "") printf "%s ping data are not rping\x27s %d strings of %d B: %s; ", who, c, s, bad }
+		BEGIN {
+			for (i = 65; i <= 122; i++) cyc = cyc sprintf("%c", i)
+			big = cyc
+			while (length(big) < s + 60) big = big big
+			check(cl, "ping data: ", "client")
+			check(sl, "server ping data: ", "server")
+		}'
+}
+
+# cm_has TOOL: whether the xroce binary has the command (perf_R: perf -R).
+cm_has() {
+	if [ "$1" = perf_R ]; then
+		/out/xroce help perf 2>&1 | grep -E '^\s+-R\b' | grep -qv 'not supported'
+	else
+		/out/xroce help 2>&1 | grep -qE "^\s+$1\b"
+	fi
+}
+
+# cm_rows PREFIX LOSSY: the rows of the cm mode, named PREFIX.*.
+cm_rows() {
+	local p=$1 lossy=$2 X=$CM_XROCE R=$CM_RXE s c t q n sc
+	# rdma_server/rdma_client: librdmacm's synchronous "ep" API, 16 B each
+	# way; both ends disconnect (their DREQs may cross).
+	if cm_has rdma_server && cm_has rdma_client; then
+		cm_row "$p.rdma.xroce_client" xroce_client 1 7471 cm_chk_rdma rdma_server -s $R -- rdma_client -s $R
+		cm_row "$p.rdma.xroce_server" xroce_server 1 7471 cm_chk_rdma rdma_client -s $X -- rdma_server -s $X
+	else
+		result "$p.rdma" SKIP "$(now)" "this xroce has no rdma_server or rdma_client"
+	fi
+	# ucmatose: the server sends first and disconnects first.
+	if cm_has ucmatose; then
+		cm_row "$p.ucmatose.xroce_client" xroce_client 1 7471 cm_chk_ucmatose ucmatose -b $R -- ucmatose -s $R
+		cm_row "$p.ucmatose.xroce_server" xroce_server 1 7471 cm_chk_ucmatose ucmatose -s $X -- ucmatose -b $X
+		cm_row "$p.ucmatose.c100.s1000.xroce_client" xroce_client 1 7471 cm_chk_ucmatose ucmatose -b $R -C 100 -S 1000 -- \
+			ucmatose -s $R -C 100 -S 1000
+		cm_row "$p.ucmatose.c100.s1000.xroce_server" xroce_server 1 7471 cm_chk_ucmatose ucmatose -s $X -C 100 -S 1000 -- \
+			ucmatose -b $X -C 100 -S 1000
+	else
+		result "$p.ucmatose" SKIP "$(now)" "this xroce has no ucmatose"
+	fi
+	# rping -v -V: the server READs the client's ping, WRITEs it back; the
+	# client checks it (-V); both print it (-v), and both must print
+	# rping's exact strings.
+	if cm_has rping; then
+		for sc in 64:10 4096:100 65000:20; do
+			s=${sc%:*} c=${sc#*:}
+			cm_row "$p.rping.s$s.c$c.xroce_client" xroce_client 1 7174 "cm_chk_rping $s $c" rping -s -v -V -S "$s" -a $R -- \
+				rping -c -v -V -S "$s" -C "$c" -a $R
+			cm_row "$p.rping.s$s.c$c.xroce_server" xroce_server 1 7174 "cm_chk_rping $s $c" rping -c -v -V -S "$s" -C "$c" -a $X -- \
+				rping -s -v -V -S "$s" -a $X
+		done
+	else
+		result "$p.rping" SKIP "$(now)" "this xroce has no rping"
+	fi
+	# perftest -R: a control connection and one per QP, all to port 18515.
+	if cm_has perf_R; then
+		# TEST:QPS:ITERATIONS:SIZE (-q only for bandwidth: ib_write_lat
+		# refuses it, "Multiple QPs only available on bw tests").
+		local a nm
+		for t in write_bw:2:100:65536 read_bw:1:100:65536 send_bw:2:100:4096 write_lat:1:200:8; do
+			IFS=: read -r t q n s <<<"$t"
+			a=(-R -n "$n" -s "$s") nm=$p.perf.$t
+			[ "${t#*_}" = bw ] && a+=(-q "$q") nm=$nm.q$q
+			cm_row "$nm.xroce_client" xroce_client $((q + 1)) 18515 cm_chk_exit0 \
+				"ib_$t" -d rxetap -x 1 -F "${a[@]}" -- perf "$t" -d tap0 -F "${a[@]}" $R
+			cm_row "$nm.xroce_server" xroce_server $((q + 1)) 18515 cm_chk_exit0 \
+				"ib_$t" -d rxetap -x 1 -F "${a[@]}" $X -- perf "$t" -d tap0 -F "${a[@]}"
+		done
+		# UD (-c UD): the control connection is RC, the data QP is
+		# found with SIDR (Q_Key 0x01234567); a message fits the MTU.
+		a=(-R -c UD -n 100 -s 2048)
+		if [ "$lossy" = 1 ]; then
+			result "$p.perf.send_bw.ud" SKIP "$(now)" "UD is unreliable: ib_send_bw's server waits forever for a lost datagram"
+		else
+			cm_row "$p.perf.send_bw.ud.xroce_client" xroce_client 1+sidr 18515 cm_chk_exit0 \
+				ib_send_bw -d rxetap -x 1 -F "${a[@]}" -- perf send_bw -d tap0 -F "${a[@]}" $R
+			cm_row "$p.perf.send_bw.ud.xroce_server" xroce_server 1+sidr 18515 cm_chk_exit0 \
+				ib_send_bw -d rxetap -x 1 -F "${a[@]}" $X -- perf send_bw -d tap0 -F "${a[@]}"
+		fi
+	else
+		result "$p.perf" SKIP "$(now)" "this xroce's perf has no -R (rdma_cm) yet"
+	fi
+	# udaddy: UD over SIDR (SIDR_REQ, SIDR_REP with QPN and Q_Key), 10
+	# datagrams each way; port 7174 in the UDP port space.
+	if [ "$lossy" = 1 ]; then
+		result "$p.udaddy" SKIP "$(now)" "UD is unreliable: udaddy waits forever for a lost datagram"
+	elif cm_has udaddy; then
+		cm_row "$p.udaddy.xroce_client" xroce_client sidr 7174 cm_chk_udaddy udaddy -b $R -- udaddy -s $R
+		cm_row "$p.udaddy.xroce_server" xroce_server sidr 7174 cm_chk_udaddy udaddy -s $X -- udaddy -b $X
+	else
+		result "$p.udaddy" SKIP "$(now)" "this xroce has no udaddy"
+	fi
+}
+
+# cm_capture_start PREFIX / cm_capture_stop PREFIX: tcpdump on eth0 (both
+# stacks' frames; xroce's bypass the host's kernel).
+cm_capture_start() {
+	# -U: each frame is written at once, so that cm_wire can read the
+	# capture while it grows.
+	CM_PCAP=/tmp/$1.pcap
+	tcpdump -i eth0 -s 0 -B 65536 -U -w "$CM_PCAP" udp port 4791 2>"/out/logs/$1.tcpdump.txt" &
+	TCPDUMP=$!
+	for _ in $(seq 50); do grep -q 'listening on' "/out/logs/$1.tcpdump.txt" && break; sleep 0.1; done
+}
+cm_capture_stop() {
+	local t0
+	t0=$(now)
+	sleep 0.5
+	kill -INT "$TCPDUMP"
+	wait "$TCPDUMP"
+	cp "/tmp/$1.pcap" "/out/pcap/$1.pcap"
+	rm -f "/tmp/$1.pcap"
+	result "$1.tcpdump" PASS "$t0" "$(grep -E 'captured|dropped' "/out/logs/$1.tcpdump.txt" | paste -sd' ')"
+}
+
+# cm_loopback PREFIX: rping between two ids of rxetap in the guest (rxe's
+# loopback, not on the wire): the tools, rdma_ucm and rping's strings work.
+cm_loopback() {
+	local t0 spid src crc why
+	t0=$(now)
+	timeout -s KILL 60 stdbuf -oL rping -s -v -S 64 -a $CM_RXE -p 7175 >"/out/logs/$1.rxe_loopback.server.txt" 2>&1 &
+	spid=$!
+	if cm_wait_listen 7175 "$spid"; then
+		timeout -s KILL 60 stdbuf -oL rping -c -v -V -S 64 -C 3 -a $CM_RXE -p 7175 >"/out/logs/$1.rxe_loopback.client.txt" 2>&1
+		crc=$?
+	else
+		crc="not run"
+	fi
+	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	stop "$spid"
+	wait "$spid"
+	src=$?
+	why=$(cm_chk_rping 64 3 "/out/logs/$1.rxe_loopback.client.txt" "/out/logs/$1.rxe_loopback.server.txt")
+	if [ "$src" = 0 ] && [ "$crc" = 0 ] && [ -z "$why" ]; then
+		result "$1.rxe_loopback" PASS "$t0" "rping -S 64 -C 3 between two rdma_cm ids of rxetap: 3 ping data lines each side match"
+	else
+		result "$1.rxe_loopback" FAIL "$t0" "server exit $src, client exit $crc: $why $(tail -1 "/out/logs/$1.rxe_loopback.client.txt")"
+	fi
+}
+
+# cm_suite PREFIX: setup, capture and rows.
+cm_suite() {
+	local p=$1 t0
+	t0=$(now)
+	if ! cm_setup; then
+		result "$p.setup" FAIL "$t0" "no /dev/infiniband/rdma_cm after modprobe rdma_ucm"
+		return 1
+	fi
+	result "$p.setup" PASS "$t0" "rdma_ucm loaded; ib_cm tracepoints $(ls -d /sys/kernel/tracing/events/ib_cma /sys/kernel/tracing/events/rdma_cma 2>/dev/null | sed 's|.*/||' | paste -sd+ | sed 's/^$/none/') on; $(rdma link show rxetap/1 | awk '{ print $2, $4, $NF }')"
+	want "$p.rxe_loopback" && cm_loopback "$p"
+	if ! /out/xroce help 2>&1 | grep -qE '^\s+(rping|ucmatose|rdma_server|rdma_client|udaddy)\b' && ! cm_has perf_R; then
+		result "$p.rows" SKIP "$(now)" "this xroce has none of rping, ucmatose, rdma_server, rdma_client, udaddy, perf -R"
+		touch "/out/pcap/$p.skipped"
+		return 1
+	fi
+	cm_capture_start "$p"
+	cm_rows "$p" "${CM_LOSSY:-0}"
+	[ -n "${CM_EXTRA_ROWS:-}" ] && $CM_EXTRA_ROWS "$p"
+	cm_capture_stop "$p"
+}
+
+mode_cm() {
+	cm_suite cm
+}
+
+# --- cmloss: the cm rows under 1% loss both ways, and every CM MAD lost once ---
+
+# cm_loss_on / cm_loss_off: 1% of rxe's frames (netem on eth0's egress, as
+# xloss) and 1% of xroce's RoCE frames (a u32 filter on eth0's ingress, UDP
+# 4791, gact drop with probability 1/100: the host kernel has no netem) are
+# lost. tcpdump on eth0 sees the frames of xroce that the ingress filter
+# drops (taps come before tc ingress) but not those of rxe that netem drops
+# (taps come after the qdisc).
+cm_loss_on() {
+	tc qdisc replace dev eth0 root netem loss 1%
+	tc qdisc replace dev eth0 clsact
+	tc filter add dev eth0 ingress pref 10 protocol ip u32 match ip protocol 17 0xff match u16 4791 0xffff at 22 \
+		action gact pass random netrand drop 100
+}
+cm_loss_stats() {
+	tc -s qdisc show dev eth0
+	tc -s filter show dev eth0 ingress
+	tc -s filter show dev eth0 egress
+}
+cm_loss_off() {
+	tc qdisc del dev eth0 root 2>/dev/null
+	tc qdisc del dev eth0 clsact 2>/dev/null
+}
+# cm_drops FILE: "RXE XROCE", the frames netem dropped and those the ingress
+# filter dropped, from cm_loss_stats's output.
+cm_drops() {
+	awk '/^qdisc netem/ { q = 1 } /^filter/ { q = 0; f = 1 }
+		/dropped/ { s = $0; gsub(/[(),]/, " ", s); n = split(s, w, " ")
+			for (i = 1; i < n; i++) if (w[i] == "dropped") { if (q) rx += w[i+1]; else if (f) xr += w[i+1] } }
+		END { print rx + 0, xr + 0 }' "$1"
+}
+
+# MADs lost on purpose: the first (and every odd) REQ, REP, RTU, DREQ or
+# DREP of a chosen side are dropped, matched by u32 filters on eth0's clsact
+# hooks (ingress: xroce's, egress: rxe's) on UDP 4791, BTH DestQP 1, MAD
+# class 0x07 and the attribute ID (IP offset 64: IPv4 20 + UDP 8 + BTH 12 +
+# DETH 8 + 16 into the MAD header); "gact pipe random determ pass 2" passes
+# the even matches and sends the odd ones on to the next action. On ingress
+# that is a drop. On egress a drop there would be no loss: rxe sees
+# NET_XMIT_DROP and sends the packet again at once (rxe_send returns -EAGAIN
+# to the requester); so the odd MADs are marked (skbedit mark 0x7e) and the
+# root qdisc, a prio whose every priority goes to band 1, sends the marked
+# ones (fw filter) to band 3, a netem "loss 100%", which drops silently as
+# the random loss does.
+CM_MAD_TYPES="REQ:0x0010 REP:0x0013 RTU:0x0014 DREQ:0x0015 DREP:0x0016"
+# cm_mad_drop DIR TYPE...: drop the odd TYPE MADs going DIR (ingress: from
+# xroce, egress: from rxe).
+cm_mad_drop() {
+	local dir=$1 t tp k=0 last
+	shift
+	last=(action gact drop)
+	if [ "$dir" = egress ]; then
+		last=(action skbedit mark 0x7e)
+		tc qdisc replace dev eth0 root handle 1: prio bands 3 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+		tc qdisc replace dev eth0 parent 1:3 handle 30: netem loss 100%
+		tc filter replace dev eth0 parent 1: protocol ip pref 1 handle 0x7e fw classid 1:3
+	fi
+	for t in $CM_MAD_TYPES; do
+		k=$((k + 1))
+		for tp in "$@"; do
+			[ "$tp" = "${t%:*}" ] || continue
+			tc filter add dev eth0 "$dir" pref "$k" protocol ip u32 match u16 4791 0xffff at 22 \
+				match u32 0x00000001 0x00ffffff at 32 match u8 0x07 0xff at 49 match u16 "${t#*:}" 0xffff at 64 \
+				action gact pipe random determ pass 2 "${last[@]}"
+		done
+	done
+}
+# cm_mad_stats DIR: "TYPE MATCHED DROPPED" for each MAD filter of DIR: the
+# packets of its first action (all it matched) and of its second (the odd
+# ones, dropped).
+cm_mad_stats() {
+	tc -s filter show dev eth0 "$1" | awk -v types="$CM_MAD_TYPES" '
+		BEGIN { n = split(types, t, " "); for (i = 1; i <= n; i++) { split(t[i], kv, ":"); nm[i] = kv[1] } }
+		/^filter .* pref [0-9]+ / { for (i = 1; i <= NF; i++) if ($i == "pref") p = $(i+1); a = 0 }
+		/^[ \t]*Sent [0-9]+ bytes [0-9]+ pkt/ { a++; for (i = 1; i <= NF; i++) if ($i == "pkt") v = $(i-1); if (a == 1) hit[p] = v; else if (a == 2) drop[p] = v }
+		END { for (i = 1; i <= n; i++) if (i in hit) print nm[i], hit[i], drop[i] + 0 }'
+}
+# cm_mad_note: what the MAD filters matched and dropped (CM_NOTE of a row).
+cm_mad_note() {
+	local dir who
+	for dir in ingress egress; do
+		who=xroce
+		[ $dir = egress ] && who=rxe
+		cm_mad_stats $dir | awk -v who=$who '{ o = o sprintf("%s%s %d of %d", (o == "" ? "" : ", "), $1, $3, $2) }
+			END { if (o != "") printf "%s\x27s MADs dropped: %s; ", who, o }'
+	done
+}
+
+# cm_chk_madloss SIZE COUNT CLIENT_LOG SERVER_LOG: rping's check, and every
+# MAD filter dropped one MAD and then let its resent copy through (matched
+# twice at least): the loss was repaired by the sender's retry (REQ, REP,
+# DREQ) or by the peer's (a lost DREP: the DREQ again, answered again; a
+# lost RTU: the REP again, answered by an RTU). A lost RTU may also stay
+# lost: the passive side then takes the first data packet as the RTU
+# (COMM_EST, IBTA 12.9.6.2) and stops resending its REP; rping's client
+# sends first, so that is what an xroce passive side does.
+cm_chk_madloss() {
+	cm_chk_rping "$@"
+	local dir who
+	for dir in ingress egress; do
+		who=xroce
+		[ $dir = egress ] && who=rxe
+		cm_mad_stats $dir | awk -v who=$who '($3 < 1 || $2 < 2) && $1 != "RTU" {
+			printf "%s\x27s %s: %d sent, %d dropped: the lost one was never sent again; ", who, $1, $2, $3 }'
+	done
+}
+
+# cm_madloss_rows PREFIX: rping (64 B, 10 pings) with the first MAD of each
+# kind lost, both roles, random loss off meanwhile. xroce active: xroce's
+# REQ, RTU and DREQ and rxe's REP and DREP; rxe active: rxe's REQ and RTU and
+# xroce's REP. Not dropped there: rxe's DREQ, because rping destroys its id
+# right after rdma_disconnect and the kernel's CM then stops resending it
+# (cm_destroy_id in DREQ_SENT cancels the MAD), so the server would wait for
+# ever (rping's race, the same between two rxe), nor xroce's DREP, which
+# the kernel could not ask for again for the same reason.
+cm_madloss_rows() {
+	local p=$1 R=$CM_RXE X=$CM_XROCE
+	cm_has rping || return 0
+	cm_loss_off
+	cm_madloss_row "$p.madloss.rping.xroce_client" "REQ RTU DREQ" "REP DREP" xroce_client \
+		rping -s -v -V -S 64 -a $R -- rping -c -v -V -S 64 -C 10 -a $R
+	cm_madloss_row "$p.madloss.rping.xroce_server" "REP" "REQ RTU" xroce_server \
+		rping -c -v -V -S 64 -C 10 -a $X -- rping -s -v -V -S 64 -a $X
+}
+
+# cm_madloss_row NAME XROCE_TYPES RXE_TYPES ROLE GUEST_TOOL... -- XROCE_ARGS...:
+# one rping row with fresh filters (each repetition its own), dropping the
+# odd MADs of XROCE_TYPES from xroce and of RXE_TYPES from rxe; what they
+# matched and dropped goes to logs/NAME.filters.txt.
+cm_madloss_row() { rowrun _cm_madloss_row "$@"; }
+_cm_madloss_row() {
+	local name=$1 xt=$2 rt=$3 role=$4
+	shift 4
+	tc qdisc replace dev eth0 clsact
+	# shellcheck disable=SC2086 # the types are words
+	cm_mad_drop ingress $xt
+	# shellcheck disable=SC2086
+	cm_mad_drop egress $rt
+	CM_NOTE=cm_mad_note _cm_row "$name" "$role" 1 7174 "cm_chk_madloss 64 10" "$@"
+	{ cm_mad_stats ingress | sed 's/^/xroce /'; cm_mad_stats egress | sed 's/^/rxe /'; } >"/out/logs/$name.filters.txt"
+	cm_loss_off
+}
+
+# mode_cmloss: mode_cm's rows with 1% of the frames lost both ways, then the
+# madloss rows.
+mode_cmloss() {
+	local rx xr
+	tap_link
+	cm_loss_on
+	result cmloss.loss PASS "$(now)" "1% loss both ways: netem on eth0's egress (rxe's frames), gact on eth0's ingress (xroce's RoCE frames)"
+	CM_LOSSY=1 CM_EXTRA_ROWS=cm_madloss_rows_stats cm_suite cmloss
+	cm_loss_off
+	[ -e /out/pcap/cmloss.skipped ] && return
+	read -r rx xr < <(cm_drops /out/logs/cmloss.loss-stats.txt)
+	if [ "$rx" -gt 0 ] && [ "$xr" -gt 0 ]; then
+		result cmloss.drops PASS "$(now)" "$rx of rxe's frames dropped by netem, $xr of xroce's by the ingress filter"
+	else
+		result cmloss.drops FAIL "$(now)" "$rx of rxe's frames dropped by netem, $xr of xroce's by the ingress filter: want both > 0"
+	fi
+}
+# cm_madloss_rows_stats PREFIX: the random loss's counters, then the madloss rows.
+cm_madloss_rows_stats() {
+	cm_loss_stats >"/out/logs/$1.loss-stats.txt" 2>&1
+	cm_madloss_rows "$1"
+}
+
 # --- compare: rxe<->rxe beside xroce<->xroce, same guest, same sizes and MTU ------
 
 # cmp_fig FILE KIND: from a perftest-format table (perftest's or xroce perf's),
@@ -799,15 +1497,15 @@ mode_compare() {
 for m in ${XROCE_MODE//,/ }; do
 	t0=$(now)
 	case $m in
-	selftest | loss | tap | xroce | xloss | compare) "mode_$m" ;;
+	selftest | loss | tap | xroce | xloss | cm | cmloss | compare) "mode_$m" ;;
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
 	esac
 	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds
 	# No tool may outlive its mode (a left-over RC client keeps retransmitting).
-	left=$(pgrep -l '^(ibv_|ib_(write|read|send|atomic)_|tcpdump|xroce)' | paste -sd' ')
+	left=$(pgrep -l '^(ibv_|ib_(write|read|send|atomic)_|tcpdump|xroce|rping|ucmatose|udaddy|rdma_(server|client))' | paste -sd' ')
 	if [ -n "$left" ]; then
 		result "$m.leftovers" FAIL "$(now)" "still running after the mode: $left"
-		pkill -KILL '^(ibv_|ib_(write|read|send|atomic)_|tcpdump|xroce)'
+		pkill -KILL '^(ibv_|ib_(write|read|send|atomic)_|tcpdump|xroce|rping|ucmatose|udaddy|rdma_(server|client))'
 	fi
 done
 echo "guest: done at $(now)s"
