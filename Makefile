@@ -90,7 +90,7 @@ demo: deps build ## The main job: RDMA between two namespaces (tour, loss, bandw
 INTEROP ?= default
 
 .PHONY: interop
-interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|MODES; default = selftest,loss,tap,xroce,xloss).
+interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|MODES; default = selftest,loss,tap,xroce,xloss,cm,cmloss).
 	bash interop/run $(INTEROP)
 
 .PHONY: clean

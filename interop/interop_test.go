@@ -11,7 +11,7 @@ import (
 // -timeout 30m.
 func TestInterop(t *testing.T) {
 	if os.Getenv("XROCE_INTEROP") != "1" {
-		t.Skip("set XROCE_INTEROP=1 to boot the rxe VM (root; 6-11 min cached, add 1.5 min cold)")
+		t.Skip("set XROCE_INTEROP=1 to boot the rxe VM (root; 7-15 min cached, add 1.5 min cold)")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("interop/run needs root: network namespaces, a tap, debootstrap")
