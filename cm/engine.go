@@ -404,6 +404,12 @@ func (e *Engine) sendREJFrom(c *conn, reason mad.RejReason, ari, data []byte) {
 	e.sendREJ(&c.peer, c.tid, local, c.remoteID, msg, reason, ari, data)
 }
 
+// rejectREQ refuses a REQ that leaves no state behind: REJ of the REQ,
+// without our comm ID, echoing its TID.
+func (e *Engine) rejectREQ(from *Peer, m mad.MAD, reason mad.RejReason) {
+	e.sendREJ(from, m.TID(), 0, mad.REQ(m.Body()).LocalCommID(), mad.MsgREQ, reason, nil, nil)
+}
+
 func (e *Engine) sendMRA(c *conn, msg uint8) {
 	m := e.reply(c.tid, mad.AttrMRA)
 	mad.MRA(m.Body()).Encode(&mad.MRAFields{LocalCommID: c.id, RemoteCommID: c.remoteID, MsgMRAed: msg,
@@ -478,19 +484,23 @@ func (e *Engine) expire(now time.Duration, c *conn) {
 			e.emit(c, EventDisconnected, nil)
 			return
 		}
-		e.sendREJFrom(c, mad.RejTimeout, e.guidARI(), nil)
-		e.emit(c, EventUnreachable, nil)
-		e.free(c)
+		e.giveUp(c)
 	case StateReqRcvd, StateRepRcvd:
 		// The consumer did not answer within what the MRAs promised.
 		e.stats.Timeouts.Add(1)
-		e.sendREJFrom(c, mad.RejTimeout, e.guidARI(), nil)
-		e.emit(c, EventUnreachable, nil)
-		e.free(c)
+		e.giveUp(c)
 	case StateTimewait:
 		e.emit(c, EventTimewaitExit, nil)
 		e.free(c)
 	}
+}
+
+// giveUp ends c for want of an answer: REJ "timeout" with our GUID,
+// EventUnreachable, and c is forgotten.
+func (e *Engine) giveUp(c *conn) {
+	e.sendREJFrom(c, mad.RejTimeout, e.guidARI(), nil)
+	e.emit(c, EventUnreachable, nil)
+	e.free(c)
 }
 
 func (e *Engine) established(c *conn) {
@@ -718,7 +728,7 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	if old := e.byQPN[remoteKey{r.LocalQPN(), guid}]; old != nil {
 		// The peer's QP is still ours in another connection: the new one
 		// is stale, and so is the old one (cm_match_req).
-		e.sendREJ(from, m.TID(), 0, r.LocalCommID(), mad.MsgREQ, mad.RejStaleConn, nil, nil)
+		e.rejectREQ(from, m, mad.RejStaleConn)
 		if old.state == StateEstablished {
 			e.disconnect(now, old, nil)
 		}
@@ -726,18 +736,18 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	}
 	l := e.listeners[r.ServiceID()]
 	if l == nil {
-		e.sendREJ(from, m.TID(), 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidServiceID, nil, nil)
+		e.rejectREQ(from, m, mad.RejInvalidServiceID)
 		return
 	}
 	if l.pending >= e.cfg.Backlog {
 		e.stats.Refused.Add(1)
-		e.sendREJ(from, m.TID(), 0, r.LocalCommID(), mad.MsgREQ, mad.RejNoResources, nil, nil)
+		e.rejectREQ(from, m, mad.RejNoResources)
 		return
 	}
 	c, err := e.newConn()
 	if err != nil {
 		e.stats.Refused.Add(1)
-		e.sendREJ(from, m.TID(), 0, r.LocalCommID(), mad.MsgREQ, mad.RejNoResources, nil, nil)
+		e.rejectREQ(from, m, mad.RejNoResources)
 		return
 	}
 	c.peer, c.state, c.tid = *from, StateReqRcvd, m.TID()
