@@ -491,6 +491,7 @@ func (r *perfRun) cmResolveUD(ctx context.Context, p *perfQP) error {
 		opts.TOS = uint8(r.o.tos)
 	}
 	var t *cm.UDTarget
+	var refused error // the server's last "service ID not supported"
 	for {
 		var err error
 		t, err = r.cm.agent.ResolveUD(ctx, dst, opts)
@@ -498,9 +499,15 @@ func (r *perfRun) cmResolveUD(ctx context.Context, p *perfQP) error {
 		if err == nil {
 			break
 		}
+		if refused != nil && ctx.Err() != nil {
+			// The deadline cut a retry short: what the server said is
+			// the reason, not the cut.
+			return cmResolveError(dst, refused)
+		}
 		if !errors.As(err, &se) || se.Status != mad.SIDRUnsupported {
 			return cmResolveError(dst, err)
 		}
+		refused = err
 		select {
 		case <-time.After(10 * time.Millisecond):
 		case <-ctx.Done():
