@@ -35,10 +35,11 @@ func parseCMHello(b []byte) (ring int, addr uint64, rkey uint32, err error) {
 }
 
 // cmParam are the connection parameters of a stream over RDMA CM: no READs
-// either way, the retry count of Config.Connect, and RNR retries for ever
-// (credits keep RNR NAKs away in steady state).
+// either way, the ACK time-out and retry count of Config.Connect, and RNR
+// retries for ever (credits keep RNR NAKs away in steady state).
 func cmParam(cfg Config, hello []byte) *cm.ConnParam {
-	return &cm.ConnParam{RetryCount: uint8(cfg.Connect.RetryCnt), RNRRetryCount: 7, MinRNRTimer: 12, PrivateData: hello}
+	return &cm.ConnParam{RetryCount: uint8(cfg.Connect.RetryCnt), RNRRetryCount: 7, MinRNRTimer: 12,
+		ACKTimeout: uint8(cfg.Connect.Timeout), PrivateData: hello}
 }
 
 // DialCM connects to a ListenCM listener at addr over RDMA CM with the
@@ -56,6 +57,13 @@ func (cfg Config) DialCM(ctx context.Context, a *cm.Agent, addr netip.AddrPort) 
 	}
 	fail := func(err error) error {
 		return &net.OpError{Op: "dial", Net: "xroce", Addr: Addr{IP: addr.Addr(), Port: int(addr.Port())}, Err: err}
+	}
+	if cfg.Protocol == ProtocolRsocket {
+		c, err := cfg.dialRS(ctx, a, addr)
+		if err != nil {
+			return nil, fail(err)
+		}
+		return c, nil
 	}
 	c, err := newConn(a.Device(), cfg, 0)
 	if err != nil {
@@ -135,8 +143,18 @@ func (l *Listener) cmLoop() {
 	}
 }
 
-// acceptCM sets up the passive side of a stream over RDMA CM.
+// acceptCM sets up the passive side of a stream over RDMA CM, in the
+// protocol the connect data names: rsocket's begins with its version (1),
+// xroce's with "XRS1".
 func acceptCM(ctx context.Context, d *roce.Device, req *cm.Request, cfg Config) (_ *Conn, err error) {
+	if pd := req.Param.PrivateData; len(pd) > 0 && pd[0] == rsVersion {
+		peer, err := parseRSConnData(pd)
+		if err != nil {
+			req.Reject(nil)
+			return nil, err
+		}
+		return acceptRS(ctx, d, req, peer, cfg)
+	}
 	ring, paddr, pkey, err := parseCMHello(req.Param.PrivateData)
 	if err != nil {
 		req.Reject(nil)

@@ -65,6 +65,7 @@ type Conn struct {
 	cmc          *cm.Conn // the RDMA CM connection, when connected over it
 	stop         context.CancelFunc
 	pumpDone     chan struct{}
+	watchDone    chan struct{} // rsWatch's, when it runs
 	closeOnce    sync.Once
 
 	wmu sync.Mutex // serializes Write and CloseWrite
@@ -128,6 +129,15 @@ type Conn struct {
 	closed   bool
 	rdl, wdl time.Time
 	stats    Stats
+
+	// rsocket's protocol (conn_rs.go) when rs is set: its state, its
+	// target SGL (tgt, written by the peer), a gather list for posts, and
+	// whether the writing side was shut down here.
+	rs     *rsState
+	tgt    []byte
+	tgtMR  *roce.MR
+	sgl    [2]roce.SGE
+	rsShut bool
 }
 
 // Stats are a connection's counters.
@@ -141,6 +151,8 @@ type Stats struct {
 	RegHits, Registrations  uint64 // direct-path buffers found in the registration caches, and registered
 	DataMsgs, CreditMsgs    uint64 // messages sent
 	WriteWaits              uint64 // times a Write waited for credits
+	Keepalives              uint64 // rsocket keepalives sent
+	ProtocolErrors          uint64 // messages that broke the protocol (the connection then fails)
 }
 
 // Stats returns the connection's counters.
@@ -166,6 +178,10 @@ func (c *Conn) start() {
 	c.stop = cancel
 	c.pumpDone = make(chan struct{})
 	go c.pump(ctx)
+	if c.rs != nil && (c.cmc != nil || c.cfg.Keepalive > 0) {
+		c.watchDone = make(chan struct{})
+		go c.rsWatch(ctx)
+	}
 }
 
 // broadcastLocked wakes every waiter.
@@ -344,8 +360,12 @@ func (c *Conn) pollCQ(wcs []roce.WC, progress bool) int {
 	for i := range wcs[:n] {
 		c.handleLocked(&wcs[i])
 	}
-	c.flushDeclineLocked()
-	c.maybeCreditLocked()
+	if c.rs != nil {
+		c.rsCreditsLocked()
+	} else {
+		c.flushDeclineLocked()
+		c.maybeCreditLocked()
+	}
 	c.broadcastLocked()
 	c.mu.Unlock()
 	return n
@@ -407,6 +427,10 @@ func (c *Conn) spin(ch chan struct{}, end time.Time) bool {
 }
 
 func (c *Conn) handleLocked(wc *roce.WC) {
+	if c.rs != nil {
+		c.rsHandleLocked(wc)
+		return
+	}
 	recv := wc.ID&recvID != 0
 	if !recv {
 		c.sendsOut--
@@ -467,6 +491,9 @@ func (c *Conn) handleLocked(wc *roce.WC) {
 // once everything it wrote was read. With Config.DirectThreshold, a large
 // Read that finds nothing queued may be filled by the writer directly.
 func (c *Conn) Read(p []byte) (int, error) {
+	if c.rs != nil {
+		return c.rsRead(p)
+	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.mu.Lock()
@@ -655,6 +682,9 @@ const maxMsg = 256 << 10
 // Write writes p to the stream; it returns once every byte was posted to
 // the peer's ring.
 func (c *Conn) Write(p []byte) (int, error) {
+	if c.rs != nil {
+		return c.rsWrite(p)
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -783,6 +813,9 @@ func (c *Conn) CloseWrite() error {
 	if c.closed {
 		return c.opError("close", net.ErrClosed)
 	}
+	if c.rs != nil {
+		return c.rsShutdownLocked(false, time.Now().Add(c.cfg.Linger))
+	}
 	return c.finLocked(time.Now().Add(c.cfg.Linger))
 }
 
@@ -816,6 +849,9 @@ func (c *Conn) finLocked(dl time.Time) error {
 // background, after the peer's FIN or a second, if it has not come).
 // Blocked Reads and Writes return errors wrapping net.ErrClosed.
 func (c *Conn) Close() error {
+	if c.rs != nil {
+		return c.rsClose()
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -862,6 +898,9 @@ func (c *Conn) release() {
 		if c.stop != nil {
 			c.stop()
 			<-c.pumpDone
+			if c.watchDone != nil {
+				<-c.watchDone
+			}
 		}
 		if c.cmc != nil {
 			c.cmc.Close() // the peer's CM is told (DREQ)
@@ -869,7 +908,7 @@ func (c *Conn) release() {
 		if c.qp != nil {
 			c.qp.Destroy()
 		}
-		for _, m := range []*roce.MR{c.ringMR, c.stageMR} {
+		for _, m := range []*roce.MR{c.ringMR, c.stageMR, c.tgtMR} {
 			if m != nil {
 				m.Dereg()
 			}

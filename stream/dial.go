@@ -53,6 +53,22 @@ type Config struct {
 	// Connect are the QP attributes; zero means Timeout 14 (67 ms) and
 	// RetryCnt 6, so that a vanished peer is seen in about half a second.
 	Connect roce.ConnectOptions
+	// Protocol is what DialCM speaks: xroce's own (the default) or
+	// rsocket's, to reach rstream, rcopy or a program under
+	// librspreload.so. ListenCM accepts both, telling them apart by the
+	// connect data; Dial and Listen (the TCP side channel) speak only
+	// xroce's.
+	Protocol Protocol
+	// Keepalive is, for rsocket connections, how often a keepalive (a
+	// zero-length RDMA WRITE that the peer's RC layer acknowledges) is
+	// sent, as rsocket's SO_KEEPALIVE with TCP_KEEPIDLE: a peer that
+	// vanished is then seen within Keepalive and the RC retries even
+	// while nothing else is sent. 0 means none, rsocket's default.
+	Keepalive time.Duration
+
+	// rsSwapOrder asks rsocket peers for SGL updates in the byte order
+	// other than this host's (tests: both orders of the peer).
+	rsSwapOrder bool
 }
 
 // ErrBadHello is wrapped by setup errors when the peer does not speak
@@ -93,6 +109,9 @@ func (cfg Config) Dial(ctx context.Context, d *roce.Device, addr string) (*Conn,
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Protocol != ProtocolXroce {
+		return nil, fmt.Errorf("stream: %v streams connect over RDMA CM (DialCM), not a TCP side channel", cfg.Protocol)
 	}
 	var nd net.Dialer
 	tc, err := nd.DialContext(ctx, "tcp", addr)

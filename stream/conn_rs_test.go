@@ -1,0 +1,278 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/link"
+)
+
+// rsPair connects an rsocket client (cfg a) to a ListenCM listener (cfg
+// b) over a pipe with faults f.
+func rsPair(t *testing.T, f link.Faults, seed uint64, ca, cb Config) (*Conn, *Conn) {
+	t.Helper()
+	ca.Protocol = ProtocolRsocket
+	da, db := pipeDevices(t, f, seed)
+	aa, err := cm.Open(da, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { aa.Close() })
+	ab, err := cm.Open(db, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ab.Close() })
+	l, err := cb.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- c
+	}()
+	a, err := ca.DialCM(ctx, aa, netip.AddrPortFrom(ipB, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := <-ch
+	if c == nil {
+		t.FailNow()
+	}
+	b := c.(*Conn)
+	if b.rs == nil {
+		t.Fatal("the listener did not take the rsocket connect data for rsocket's")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// TestRsocketStream: rsocket streams carry data both ways, one direction
+// at a time and both at once, through rings small and large and with the
+// peer's SGL updates in either byte order.
+func TestRsocketStream(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ca, cb Config
+	}{
+		{"8KiB", Config{RingSize: 8 << 10}, Config{RingSize: 8 << 10}},
+		{"1MiB-swapped", Config{RingSize: 1 << 20, rsSwapOrder: true}, Config{RingSize: 64 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := rsPair(t, link.Faults{}, 0, tc.ca, tc.cb)
+			transfer(t, a, b, 4<<20, 100<<10, 70<<10, 1)
+			transfer(t, b, a, 1<<20, 3000, 50, 3)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				transfer(t, a, b, 2<<20, 20<<10, 20<<10, 5)
+			}()
+			transfer(t, b, a, 2<<20, 30<<10, 10<<10, 6)
+			wg.Wait()
+			if s := a.Stats(); s.DataMsgs == 0 || s.CreditMsgs == 0 || s.ProtocolErrors != 0 {
+				t.Fatalf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestRsocketLossy: under 2% loss each way RC recovers and both
+// directions at once arrive intact.
+func TestRsocketLossy(t *testing.T) {
+	a, b := rsPair(t, link.Faults{Loss: 0.02}, 5, Config{RingSize: 64 << 10, Linger: time.Second},
+		Config{RingSize: 64 << 10, Linger: time.Second})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
+	}()
+	transfer(t, b, a, 1<<20, 5<<10, 20<<10, 8)
+	wg.Wait()
+}
+
+// TestRsocketHalfClose: CloseWrite (SHUTDOWN) gives the peer io.EOF after
+// the data and leaves the other direction open; the peer's Close
+// (DISCONNECT) then gives io.EOF here.
+func TestRsocketHalfClose(t *testing.T) {
+	a, b := rsPair(t, link.Faults{}, 0, Config{}, Config{})
+	msg := bytes.Repeat([]byte("half-close "), 10000)
+	if _, err := a.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("write after CloseWrite: %v, want net.ErrClosed", err)
+	}
+	got, err := io.ReadAll(b)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("ReadAll: %d bytes, %v; want %d", len(got), err, len(msg))
+	}
+	if _, err := b.Write([]byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err = io.ReadAll(a)
+	if err != nil || string(got) != "reply" {
+		t.Fatalf("ReadAll after the peer's close: %q, %v", got, err)
+	}
+	if _, err := a.Write([]byte("x")); err == nil {
+		t.Fatal("write after the peer's DISCONNECT succeeded")
+	}
+}
+
+// TestRsocketCloseDelivers: Close after a large Write delivers every byte
+// before the DISCONNECT; the peer reads them, then io.EOF, and its Writes
+// fail with ErrReset.
+func TestRsocketCloseDelivers(t *testing.T) {
+	a, b := rsPair(t, link.Faults{}, 0, Config{RingSize: 64 << 10}, Config{RingSize: 16 << 10})
+	msg := make([]byte, 3<<20)
+	for i := range msg {
+		msg[i] = byte(i * 13)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Write(msg)
+		done <- errors.Join(err, a.Close())
+	}()
+	got, err := io.ReadAll(b)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("ReadAll: %d bytes, %v", len(got), err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write([]byte("late")); !errors.Is(err, ErrReset) {
+		t.Fatalf("write after the peer's close: %v, want ErrReset", err)
+	}
+	if err := a.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("second close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestRsocketDeadlines: Read and Write deadlines, pending calls woken by
+// them, and a connection still usable afterwards.
+func TestRsocketDeadlines(t *testing.T) {
+	a, b := rsPair(t, link.Faults{}, 0, Config{RingSize: 8 << 10}, Config{RingSize: 8 << 10})
+	a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := a.Read(make([]byte, 10))
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past deadline: %v", err)
+	}
+	// A Write into a peer that does not read stops when its ring (two
+	// halves offered, 8 KiB) is full, at the deadline.
+	b.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err := b.Write(make([]byte, 64<<10))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n != 8<<10 {
+		t.Fatalf("write to a full ring: %d, %v; want 8192, deadline", n, err)
+	}
+	a.SetReadDeadline(time.Time{})
+	b.SetWriteDeadline(time.Time{})
+	if _, err := io.ReadFull(a, make([]byte, 8<<10)); err != nil {
+		t.Fatal(err)
+	}
+	transfer(t, b, a, 256<<10, 10<<10, 3<<10, 9)
+}
+
+// TestRsocketPeerVanishes: with keepalives, an idle reader whose peer
+// vanished (its device closed) fails with ErrReset instead of waiting for
+// ever.
+func TestRsocketPeerVanishes(t *testing.T) {
+	da, db := pipeDevices(t, link.Faults{}, 0)
+	aa, err := cm.Open(da, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aa.Close()
+	ab, err := cm.Open(db, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_ = c // left open: its device goes away under it
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := Config{Protocol: ProtocolRsocket, Keepalive: 50 * time.Millisecond}.DialCM(ctx, aa, netip.AddrPortFrom(ipB, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	db.Close()
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if _, err := a.Read(make([]byte, 10)); !errors.Is(err, ErrReset) {
+		t.Fatalf("read from a vanished peer: %v, want ErrReset", err)
+	}
+	if s := a.Stats(); s.Keepalives == 0 {
+		t.Fatalf("no keepalives sent in %v", time.Since(start))
+	}
+}
+
+// TestListenerTakesBoth: one ListenCM listener accepts xroce's protocol
+// and rsocket's, each by its connect data.
+func TestListenerTakesBoth(t *testing.T) {
+	da, db := pipeDevices(t, link.Faults{}, 0)
+	aa, err := cm.Open(da, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aa.Close()
+	ab, err := cm.Open(db, cm.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ab.Close()
+	l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, p := range []Protocol{ProtocolRsocket, ProtocolXroce, ProtocolRsocket} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a, err := Config{Protocol: p}.DialCM(ctx, aa, netip.AddrPortFrom(ipB, 7471))
+		cancel()
+		if err != nil {
+			t.Fatalf("%v: %v", p, err)
+		}
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := c.(*Conn)
+		if (b.rs != nil) != (p == ProtocolRsocket) || (a.rs != nil) != (p == ProtocolRsocket) {
+			t.Fatalf("%v: accepted as rsocket %v", p, b.rs != nil)
+		}
+		transfer(t, a, b, 100<<10, 10<<10, 10<<10, 1)
+		a.Close()
+		b.Close()
+	}
+}
