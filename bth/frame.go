@@ -30,14 +30,21 @@ type Frame struct {
 	IETH         IETH
 	CNPReserved  []byte // the 16 reserved bytes of a CNP
 
+	// Set only by DecodeCaptured (see there).
+	GRH   IPv6   // RoCE v1: the global route header (IPv4, IPv6 and UDP are nil), or nil
+	DCETH []byte // Mellanox DC: the 8 bytes between the BTH and the RDETH, or nil
+	RDETH RDETH  // Mellanox DC: the reliable datagram ETH, or nil
+
 	Payload []byte // payload, without pad
 	PadLen  int    // pad bytes between payload and ICRC (BTH PadCnt)
 	ICRC    uint32 // ICRC as received (the little-endian word on the wire)
 
-	pkt     []byte     // IP header through the ICRC
-	extSet  ExtHeaders // extension header views currently set
-	err     DecodeError
-	scratch icrcScratch
+	pkt      []byte     // IP header through the ICRC (as far as captured when cut)
+	cut      bool       // DecodeCaptured: the capture ends before the ICRC
+	captured bool       // a view only DecodeCaptured sets (GRH, DCETH, RDETH) or cut is set
+	extSet   ExtHeaders // extension header views currently set
+	err      DecodeError
+	scratch  icrcScratch
 }
 
 // Decode parses b as a RoCE v2 frame: Ethernet (optionally one 802.1Q tag),
@@ -51,9 +58,15 @@ type Frame struct {
 // keep the drop path free of allocations the error lives in f: it stays
 // valid only until the next Decode on f. The views point into b, which must not change while they are
 // in use.
-func (f *Frame) Decode(b []byte) error {
+func (f *Frame) Decode(b []byte) error { return f.decode(b, false) }
+
+// decode is Decode, or DecodeCaptured when captured is set.
+func (f *Frame) decode(b []byte, captured bool) error {
 	// Every view is assigned on the way to success; fail clears them all.
 	f.pkt = nil
+	if f.captured {
+		f.clearCaptured()
+	}
 	if len(b) < EthernetSize {
 		return f.fail(LayerEthernet, ReasonTruncated, len(b))
 	}
@@ -90,7 +103,7 @@ func (f *Frame) Decode(b []byte) error {
 		if ipLen < IPv4Size {
 			return f.fail(LayerIPv4, ReasonLength, off+2)
 		}
-		if len(b)-off < ipLen {
+		if len(b)-off < ipLen && !captured {
 			return f.fail(LayerIPv4, ReasonTruncated, len(b))
 		}
 		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 { // MF or fragment offset
@@ -113,7 +126,7 @@ func (f *Frame) Decode(b []byte) error {
 			return f.fail(LayerIPv6, ReasonIPVersion, off)
 		}
 		ipLen = IPv6Size + int(ip.PayloadLen())
-		if len(b)-off < ipLen {
+		if len(b)-off < ipLen && !captured {
 			return f.fail(LayerIPv6, ReasonTruncated, len(b))
 		}
 		if ip.NextHeader() != ProtocolUDP {
@@ -129,27 +142,42 @@ func (f *Frame) Decode(b []byte) error {
 		}
 		f.IPv4, f.IPv6 = nil, ip
 		hdrLen = IPv6Size
+	case EtherTypeRoCEv1:
+		if !captured {
+			return f.fail(LayerEthernet, ReasonEtherType, off-2)
+		}
+		if err := f.grh(b, off); err != nil {
+			return err
+		}
+		ipLen, hdrLen = GRHSize+int(f.GRH.PayloadLen()), GRHSize
 	default:
 		return f.fail(LayerEthernet, ReasonEtherType, off-2)
 	}
-	pkt := b[off : off+ipLen : off+ipLen]
+	// From here on, offsets are relative to pkt, the IP packet (RoCE v1:
+	// the GRH packet) as far as captured; ipLen is its length on the wire.
 	ipOff := off
-	off = hdrLen // from here on, offsets are relative to pkt
+	n := min(ipLen, len(b)-off) // less than ipLen only when captured
+	pkt := b[off : off+n : off+n]
+	off = hdrLen
+	if f.GRH == nil {
+		if len(pkt) < off+UDPSize {
+			return f.fail(LayerUDP, truncated(pkt, ipLen), ipOff+len(pkt))
+		}
+		f.UDP = UDP(pkt[off : off+UDPSize : off+UDPSize])
+		if int(f.UDP.Length()) != ipLen-off {
+			return f.fail(LayerUDP, ReasonLength, ipOff+off+4)
+		}
+		if f.UDP.DstPort() != UDPPort {
+			return f.fail(LayerUDP, ReasonPort, ipOff+off+2)
+		}
+		off += UDPSize
+	}
 
-	if len(pkt) < off+UDPSize {
-		return f.fail(LayerUDP, ReasonTruncated, ipOff+len(pkt))
+	if ipLen < off+BTHSize+ICRCSize {
+		return f.fail(LayerBTH, ReasonTruncated, ipOff+ipLen)
 	}
-	f.UDP = UDP(pkt[off : off+UDPSize : off+UDPSize])
-	if int(f.UDP.Length()) != len(pkt)-off {
-		return f.fail(LayerUDP, ReasonLength, ipOff+off+4)
-	}
-	if f.UDP.DstPort() != UDPPort {
-		return f.fail(LayerUDP, ReasonPort, ipOff+off+2)
-	}
-	off += UDPSize
-
-	if len(pkt) < off+BTHSize+ICRCSize {
-		return f.fail(LayerBTH, ReasonTruncated, ipOff+len(pkt))
+	if len(pkt) < off+BTHSize {
+		return f.fail(LayerBTH, ReasonCut, ipOff+len(pkt))
 	}
 	f.BTH = BTH(pkt[off : off+BTHSize : off+BTHSize])
 	if f.BTH.TVer() != 0 {
@@ -157,13 +185,21 @@ func (f *Frame) Decode(b []byte) error {
 	}
 	op := &opTable[f.BTH.Opcode()]
 	if op.hdrLen == 0 {
-		return f.fail(LayerBTH, ReasonOpcode, ipOff+off)
+		if op = dcEntry(f.BTH.Opcode()); op == nil || !captured {
+			return f.fail(LayerBTH, ReasonOpcode, ipOff+off)
+		}
 	}
-	end := len(pkt) - ICRCSize // end of pad
+	end := ipLen - ICRCSize // end of pad
 	if end < off+int(op.hdrLen) {
-		return f.fail(LayerExt, ReasonTruncated, ipOff+len(pkt))
+		return f.fail(LayerExt, ReasonTruncated, ipOff+ipLen)
+	}
+	if len(pkt) < off+int(op.hdrLen) {
+		return f.fail(LayerExt, ReasonCut, ipOff+len(pkt))
 	}
 	off += BTHSize
+	if op.dc {
+		off = f.dcHeaders(pkt, off)
+	}
 	if f.extSet != op.hdrs {
 		f.clearExt()
 	}
@@ -182,10 +218,17 @@ func (f *Frame) Decode(b []byte) error {
 	case op.payload == PayloadRequired && data == pad:
 		return f.fail(LayerPayload, ReasonPayload, ipOff+off)
 	}
-	f.Payload = pkt[off : end-pad : end-pad]
 	f.PadLen = pad
-	f.ICRC = binary.LittleEndian.Uint32(pkt[end:])
 	f.pkt = pkt
+	if len(pkt) < ipLen {
+		// Header-only: the payload as far as captured, no ICRC.
+		pe := min(end-pad, len(pkt))
+		f.Payload = pkt[off:pe:pe]
+		f.ICRC, f.cut, f.captured = 0, true, true
+		return nil
+	}
+	f.Payload = pkt[off : end-pad : end-pad]
+	f.ICRC = binary.LittleEndian.Uint32(pkt[end:])
 	return nil
 }
 
@@ -247,6 +290,7 @@ func (f *Frame) clearExt() {
 func (f *Frame) reset() {
 	f.Eth, f.VLAN, f.IPv4, f.IPv6, f.UDP, f.BTH = nil, nil, nil, nil, nil, nil
 	f.clearExt()
+	f.clearCaptured()
 	f.Payload, f.PadLen, f.ICRC, f.pkt = nil, 0, 0, nil
 }
 
@@ -256,14 +300,19 @@ func (f *Frame) fail(l Layer, r Reason, off int) error {
 	return &f.err
 }
 
-// ComputeICRC returns the ICRC of the decoded frame's current bytes.
+// ComputeICRC returns the ICRC of the decoded frame's current bytes (0 for
+// a header-only frame, whose payload was not captured).
 func (f *Frame) ComputeICRC() uint32 {
+	if f.captured {
+		return f.computeCaptured(-1)
+	}
 	return f.scratch.icrc(f.pkt[:len(f.pkt)-ICRCSize], f.IPv6 != nil)
 }
 
 // VerifyICRC reports whether the frame's ICRC is correct. The frame must
-// have been decoded successfully.
-func (f *Frame) VerifyICRC() bool { return f.pkt != nil && f.ComputeICRC() == f.ICRC }
+// have been decoded successfully; a header-only frame's ICRC cannot be
+// verified (see HeaderOnly).
+func (f *Frame) VerifyICRC() bool { return f.pkt != nil && !f.cut && f.ComputeICRC() == f.ICRC }
 
 // Opcode returns the BTH opcode.
 func (f *Frame) Opcode() Opcode { return f.BTH.Opcode() }
@@ -271,18 +320,25 @@ func (f *Frame) Opcode() Opcode { return f.BTH.Opcode() }
 // IsIPv6 reports whether the frame carries IPv6.
 func (f *Frame) IsIPv6() bool { return f.IPv6 != nil }
 
-// SrcIP returns the IP source address.
+// SrcIP returns the IP source address (for RoCE v1, the GRH's source GID).
 func (f *Frame) SrcIP() netip.Addr {
-	if f.IPv4 != nil {
+	switch {
+	case f.IPv4 != nil:
 		return f.IPv4.Src()
+	case f.GRH != nil:
+		return f.GRH.Src()
 	}
 	return f.IPv6.Src()
 }
 
-// DstIP returns the IP destination address.
+// DstIP returns the IP destination address (for RoCE v1, the GRH's
+// destination GID).
 func (f *Frame) DstIP() netip.Addr {
-	if f.IPv4 != nil {
+	switch {
+	case f.IPv4 != nil:
 		return f.IPv4.Dst()
+	case f.GRH != nil:
+		return f.GRH.Dst()
 	}
 	return f.IPv6.Dst()
 }
@@ -319,6 +375,7 @@ const (
 	LayerBTH
 	LayerExt     // extension headers
 	LayerPayload // payload, pad and ICRC
+	LayerGRH     // RoCE v1 global route header (DecodeCaptured only)
 )
 
 func (l Layer) String() string {
@@ -339,6 +396,8 @@ func (l Layer) String() string {
 		return "extension headers"
 	case LayerPayload:
 		return "payload"
+	case LayerGRH:
+		return "grh"
 	}
 	return "Layer(" + strconv.Itoa(int(l)) + ")"
 }
@@ -349,37 +408,41 @@ type Reason uint8
 
 // Decode failure reasons.
 const (
-	ReasonTruncated Reason = iota + 1 // frame ends inside a header
-	ReasonEtherType                   // not IPv4, IPv6 or one 802.1Q tag
-	ReasonIPVersion                   // IP version does not match the EtherType
-	ReasonIPOptions                   // IPv4 options (IHL > 5), not used by RoCE v2
-	ReasonFragment                    // IPv4 fragment
-	ReasonChecksum                    // bad IPv4 header checksum
-	ReasonNotUDP                      // IP protocol (or IPv6 next header) is not UDP
-	ReasonLength                      // a length field is inconsistent
-	ReasonPort                        // UDP destination port is not 4791
-	ReasonTVer                        // BTH TVer is not 0
-	ReasonOpcode                      // opcode unknown to RoCE v2 RC/UC/UD
-	ReasonPadCnt                      // PadCnt larger than the data after the headers
-	ReasonPayload                     // payload where the opcode allows none, or none where it needs some
-	ReasonAddress                     // IPv4-mapped address in an IPv6 header
+	ReasonTruncated  Reason = iota + 1 // frame ends inside a header
+	ReasonEtherType                    // not IPv4, IPv6 or one 802.1Q tag
+	ReasonIPVersion                    // IP version does not match the EtherType
+	ReasonIPOptions                    // IPv4 options (IHL > 5), not used by RoCE v2
+	ReasonFragment                     // IPv4 fragment
+	ReasonChecksum                     // bad IPv4 header checksum
+	ReasonNotUDP                       // IP protocol (or IPv6 next header) is not UDP
+	ReasonLength                       // a length field is inconsistent
+	ReasonPort                         // UDP destination port is not 4791
+	ReasonTVer                         // BTH TVer is not 0
+	ReasonOpcode                       // opcode unknown to RoCE v2 RC/UC/UD
+	ReasonPadCnt                       // PadCnt larger than the data after the headers
+	ReasonPayload                      // payload where the opcode allows none, or none where it needs some
+	ReasonAddress                      // IPv4-mapped address in an IPv6 header
+	ReasonCut                          // DecodeCaptured: the capture ends inside a header (snap length)
+	ReasonNextHeader                   // DecodeCaptured: a RoCE v1 GRH whose next header is not the BTH
 )
 
 var reasonText = [...]string{
-	ReasonTruncated: "truncated",
-	ReasonEtherType: "not IPv4 or IPv6",
-	ReasonIPVersion: "wrong IP version",
-	ReasonIPOptions: "IPv4 options not supported",
-	ReasonFragment:  "IPv4 fragment",
-	ReasonChecksum:  "bad header checksum",
-	ReasonNotUDP:    "not UDP",
-	ReasonLength:    "bad length",
-	ReasonPort:      "not UDP port 4791",
-	ReasonTVer:      "unsupported TVer",
-	ReasonOpcode:    "unknown opcode",
-	ReasonPadCnt:    "PadCnt exceeds data",
-	ReasonPayload:   "payload not allowed or missing for opcode",
-	ReasonAddress:   "IPv4-mapped address in IPv6 header",
+	ReasonTruncated:  "truncated",
+	ReasonEtherType:  "not IPv4 or IPv6",
+	ReasonIPVersion:  "wrong IP version",
+	ReasonIPOptions:  "IPv4 options not supported",
+	ReasonFragment:   "IPv4 fragment",
+	ReasonChecksum:   "bad header checksum",
+	ReasonNotUDP:     "not UDP",
+	ReasonLength:     "bad length",
+	ReasonPort:       "not UDP port 4791",
+	ReasonTVer:       "unsupported TVer",
+	ReasonOpcode:     "unknown opcode",
+	ReasonPadCnt:     "PadCnt exceeds data",
+	ReasonPayload:    "payload not allowed or missing for opcode",
+	ReasonAddress:    "IPv4-mapped address in IPv6 header",
+	ReasonCut:        "cut short by the capture",
+	ReasonNextHeader: "GRH next header is not BTH (0x1b)",
 }
 
 func (r Reason) String() string {

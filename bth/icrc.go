@@ -19,6 +19,11 @@ import (
 // seeds it with 0xdebb20e3, the state after the eight 0xFF bytes; the result
 // is the same number).
 //
+// RoCE v1 (IBTA Vol 1 Annex A16) carries the BTH straight after a GRH, with
+// no UDP header; its ICRC is the same CRC over the eight 0xFF bytes, the GRH
+// with traffic class, flow label and hop limit set to ones, and the BTH with
+// byte 4 set to ones, then the rest (checked against ConnectX captures).
+//
 // Verification copies only the masked IP, UDP and BTH headers (40 or 60
 // bytes) into a 64-byte block in the Frame; extension headers, payload and
 // pad are summed in place with crc32.Update, which uses the CPU's carry-less
@@ -29,23 +34,34 @@ import (
 var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 
 const (
-	icrcHdr4 = IPv4Size + UDPSize + BTHSize // 40
-	icrcHdr6 = IPv6Size + UDPSize + BTHSize // 60
+	icrcHdr4   = IPv4Size + UDPSize + BTHSize // 40
+	icrcHdr6   = IPv6Size + UDPSize + BTHSize // 60
+	icrcHdrGRH = GRHSize + BTHSize            // 52: RoCE v1, no UDP header
 	// icrcBlock is the size of the masked copy: hash/crc32 takes its fast
 	// carry-less multiply path only for 64 bytes or more, and the headers
 	// are shorter, so a prefix fills the block (see icrcPrefix).
 	icrcBlock = 64
 )
 
-// icrcPrefix4 and icrcPrefix6 fill the 64-byte block in front of the masked
-// IPv4 (40 bytes) or IPv6 (60 bytes) headers. Each is chosen so that the CRC
-// after it equals icrcSeed, the CRC after the eight 0xFF bytes: summing
-// prefix and headers gives the same result as the eight 0xFF bytes and the
-// headers, in one fast 64-byte step.
-var (
-	icrcPrefix4 = forgePrefix(icrcBlock - icrcHdr4)
-	icrcPrefix6 = forgePrefix(icrcBlock - icrcHdr6)
+// icrcKind says which headers precede the BTH: an IPv4 or IPv6 header and
+// UDP (RoCE v2), or a GRH (RoCE v1). The values index icrcPrefix.
+type icrcKind uint8
+
+const (
+	icrcGRH  icrcKind = 1
+	icrcIPv4 icrcKind = 4
+	icrcIPv6 icrcKind = 6
 )
+
+// icrcPrefix fills the 64-byte block in front of the masked headers of each
+// kind. Each is chosen so that the CRC after it equals icrcSeed, the CRC
+// after the eight 0xFF bytes: summing prefix and headers gives the same
+// result as the eight 0xFF bytes and the headers, in one fast 64-byte step.
+var icrcPrefix = [7][]byte{
+	icrcGRH:  forgePrefix(icrcBlock - icrcHdrGRH),
+	icrcIPv4: forgePrefix(icrcBlock - icrcHdr4),
+	icrcIPv6: forgePrefix(icrcBlock - icrcHdr6),
+}
 
 // forgePrefix returns n >= 4 bytes after which crc32.Update's result is
 // icrcSeed: n-4 zero bytes, then four bytes that steer the CRC register.
@@ -78,45 +94,54 @@ func forgePrefix(n int) []byte {
 // icrcScratch holds the masked copy of the headers. crc32.Update's
 // argument escapes (it goes through a function variable), so the copy lives
 // in a long-lived Frame rather than on the stack. The prefix is copied in
-// only when the IP version changes.
+// only when the kind of headers changes.
 type icrcScratch struct {
 	b      [icrcBlock]byte
-	prefix int // IP version whose prefix b holds, 0 for none
+	prefix icrcKind // kind whose prefix b holds, 0 for none
 }
 
 // icrc computes the ICRC of an IP packet pkt (starting at the IP header,
 // without options, and ending before the ICRC). pkt must hold at least the
 // IP, UDP and BTH headers.
 func (s *icrcScratch) icrc(pkt []byte, v6 bool) uint32 {
-	var h []byte
 	if v6 {
-		if s.prefix != 6 {
-			copy(s.b[:], icrcPrefix6)
-			s.prefix = 6
-		}
-		h = s.b[len(icrcPrefix6):]
-		copy(h, pkt[:icrcHdr6])
-		h[0] |= 0x0f // traffic class (high nibble)
-		h[1] = 0xff  // traffic class (low nibble), flow label
-		h[2] = 0xff  // flow label
-		h[3] = 0xff  // flow label
-		h[7] = 0xff  // hop limit
-	} else {
-		if s.prefix != 4 {
-			copy(s.b[:], icrcPrefix4)
-			s.prefix = 4
-		}
-		h = s.b[len(icrcPrefix4):]
+		return s.sum(pkt, icrcIPv6, -1)
+	}
+	return s.sum(pkt, icrcIPv4, -1)
+}
+
+// sum computes the ICRC of pkt, which starts with headers of the given kind
+// and ends before the ICRC. A sport of 0 or more stands in for the UDP
+// source port (which the ICRC covers).
+func (s *icrcScratch) sum(pkt []byte, kind icrcKind, sport int) uint32 {
+	if s.prefix != kind {
+		copy(s.b[:], icrcPrefix[kind])
+		s.prefix = kind
+	}
+	h := s.b[len(icrcPrefix[kind]):]
+	if kind == icrcIPv4 {
 		copy(h, pkt[:icrcHdr4])
 		h[1] = 0xff  // TOS
 		h[8] = 0xff  // TTL
 		h[10] = 0xff // header checksum
 		h[11] = 0xff
+	} else {
+		copy(h, pkt[:len(h)])
+		h[0] |= 0x0f // traffic class (high nibble)
+		h[1] = 0xff  // traffic class (low nibble), flow label
+		h[2] = 0xff  // flow label
+		h[3] = 0xff  // flow label
+		h[7] = 0xff  // hop limit
 	}
-	u := len(h) - UDPSize - BTHSize
-	h[u+6] = 0xff // UDP checksum
-	h[u+7] = 0xff
-	h[u+UDPSize+bthFECN] = 0xff // FECN, BECN, reserved
+	if kind != icrcGRH {
+		u := len(h) - UDPSize - BTHSize
+		if sport >= 0 {
+			h[u], h[u+1] = byte(sport>>8), byte(sport)
+		}
+		h[u+6] = 0xff // UDP checksum
+		h[u+7] = 0xff
+	}
+	h[len(h)-BTHSize+bthFECN] = 0xff // FECN, BECN, reserved
 	c := crc32.Update(0, crc32.IEEETable, s.b[:])
 	return crc32.Update(c, crc32.IEEETable, pkt[len(h):])
 }

@@ -273,6 +273,7 @@ type opEntry struct {
 	hdrLen  uint8 // BTH + extension headers; 0 for unknown opcodes
 	payload PayloadRule
 	flags   opFlags
+	dc      bool // a Mellanox DC opcode (dcTable): DCETH and RDETH follow the BTH
 	name    string
 }
 
