@@ -23,6 +23,7 @@ type packetSource struct {
 	mixed   bool   // pcapng: the link type comes with each packet
 	scratch []byte // frame rebuilt for non-Ethernet link types
 	n       int    // packets read so far
+	erf     bool   // the last packet is native InfiniBand (link type ERF), not decoded
 }
 
 // errNotCapture says the file is neither pcap nor pcapng.
@@ -72,8 +73,13 @@ func (s *packetSource) Next() (frame []byte, ci gopacket.CaptureInfo, err error)
 			link = lt
 		}
 	}
+	s.erf = link == linkTypeERF
 	return s.toEthernet(link, data), ci, nil
 }
+
+// linkTypeERF is the pcap link type of Endace ERF records, which ibdump
+// uses for native InfiniBand captures.
+const linkTypeERF layers.LinkType = 197
 
 // toEthernet gives data an Ethernet header. It returns nil for link types
 // that cannot carry RoCE v2, so the caller counts them as non-RoCE.

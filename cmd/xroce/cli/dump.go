@@ -154,6 +154,8 @@ type dumper struct {
 	flows                                    map[flowKey]*flow
 	mtu                                      int // learned from FIRST/MIDDLE payloads (they are exactly one MTU)
 	cms                                      cmStats
+	cap                                      capturedStats // what real captures add: v1, DC, header-only, sniffer
+	icrcOK                                   int
 }
 
 func newDumper(w io.Writer, o dumpOptions) *dumper {
@@ -169,13 +171,14 @@ func (d *dumper) run(src *packetSource) error {
 		if err != nil {
 			return err
 		}
+		d.cap.erf = src.erf
 		d.packet(frame, ci.Timestamp)
 	}
 	return nil
 }
 
 // done reports whether -c packets have been decoded.
-func (d *dumper) done() bool { return d.o.count > 0 && d.roce >= d.o.count }
+func (d *dumper) done() bool { return d.o.count > 0 && d.roce+d.cap.v1 >= d.o.count }
 
 // packet decodes, accounts for and prints one frame (nil for a packet of a
 // link type that cannot carry RoCE).
@@ -185,23 +188,31 @@ func (d *dumper) packet(frame []byte, t time.Time) {
 		d.t0 = t
 	}
 	ts := relTime(d.t0, t)
-	if frame == nil || !looksRoCE(frame) {
-		d.other++
-		return
-	}
-	d.roce++
-	if err := d.f.Decode(frame); err != nil {
-		d.malformed++
-		if !d.o.quiet {
-			fmt.Fprintf(d.w, "%6d %s malformed RoCE v2 packet: %v\n", d.packets, ts, err)
+	kind := roceKind(frame)
+	switch kind {
+	case notRoCE:
+		if d.cap.erf {
+			d.cap.nativeIB++
+		} else {
+			d.other++
 		}
 		return
+	case roceV1:
+		d.cap.v1++
+	default:
+		d.roce++
 	}
-	ok := d.f.VerifyICRC()
-	if !ok {
-		d.icrcBad++
+	if err := d.f.DecodeCaptured(frame); err != nil {
+		d.decodeError(ts, kind, err)
+		return
 	}
-	d.account()
+	st := d.checkICRC()
+	if d.f.IsDC() {
+		d.cap.dc++
+		d.byOpcode[d.f.Opcode()]++
+	} else {
+		d.account()
+	}
 	gsi := isGSI(&d.f)
 	if gsi {
 		d.cms.account(&d.f)
@@ -209,30 +220,43 @@ func (d *dumper) packet(frame []byte, t time.Time) {
 	if d.o.quiet {
 		return
 	}
-	d.line(ts, ok)
+	d.line(ts, st)
 	if gsi {
 		d.buf = appendCM(d.buf[:0], &d.f)
 		d.w.Write(d.buf)
 	}
 	if d.o.verbose {
-		d.detail(ok)
+		d.detail(st)
 	}
 	if d.o.hexdump && len(d.f.Payload) > 0 {
 		fmt.Fprint(d.w, indent(hex.Dump(d.f.Payload), "        "))
 	}
 }
 
-// looksRoCE reports whether a frame is addressed to UDP port 4791, reading
-// only as far as the headers the frame has: anything else is simply not
-// RoCE, while a RoCE frame that fails to decode is malformed.
-func looksRoCE(b []byte) bool {
+// roceKind tells whether a frame is RoCE v2 (addressed to UDP port 4791)
+// or RoCE v1 (EtherType 0x8915), reading only as far as the headers the
+// frame has: anything else is simply not RoCE, while a RoCE frame that
+// fails to decode is malformed.
+func roceKind(b []byte) int {
 	if len(b) < 14 {
-		return false
+		return notRoCE
 	}
 	et, off := binary.BigEndian.Uint16(b[12:]), 14
 	if et == 0x8100 && len(b) >= 18 {
 		et, off = binary.BigEndian.Uint16(b[16:]), 18
 	}
+	if et == bth.EtherTypeRoCEv1 {
+		return roceV1
+	}
+	if looksV2(b, et, off) {
+		return roceV2
+	}
+	return notRoCE
+}
+
+// looksV2 reports whether the IP packet at off (EtherType et) is addressed
+// to UDP port 4791.
+func looksV2(b []byte, et uint16, off int) bool {
 	var proto byte
 	var udp int
 	switch et {
@@ -330,11 +354,11 @@ func (d *dumper) step(fl *flow, psn bth.PSN) {
 }
 
 // line prints the one-line form of the decoded packet.
-func (d *dumper) line(ts string, icrcOK bool) {
+func (d *dumper) line(ts string, st icrcState) {
 	f := &d.f
 	b := d.buf[:0]
 	b = fmt.Appendf(b, "%6d %s %s > %s %-28s QP 0x%06x PSN %-8d", d.packets, ts, f.SrcIP(), f.DstIP(),
-		f.Opcode(), f.BTH.DestQP(), f.BTH.PSN())
+		f.OpcodeName(), f.BTH.DestQP(), f.BTH.PSN())
 	if f.BTH.AckReq() {
 		b = append(b, " A"...)
 	} else {
@@ -342,17 +366,16 @@ func (d *dumper) line(ts string, icrcOK bool) {
 	}
 	b = appendExt(b, f)
 	b = fmt.Appendf(b, " len %d", len(f.Payload))
-	if icrcOK {
-		b = append(b, " ICRC ok\n"...)
-	} else {
-		b = fmt.Appendf(b, " ICRC BAD (0x%08x, want 0x%08x)\n", f.ICRC, f.ComputeICRC())
-	}
+	b = d.appendICRC(b, st)
 	d.buf = b
 	d.w.Write(b)
 }
 
 // appendExt appends the key fields of each extension header present.
 func appendExt(b []byte, f *bth.Frame) []byte {
+	if f.RDETH != nil {
+		b = fmt.Appendf(b, " DC %08x %08x RDETH eec 0x%06x", binary.BigEndian.Uint32(f.DCETH), binary.BigEndian.Uint32(f.DCETH[4:]), f.RDETH.EEContext())
+	}
 	if f.DETH != nil {
 		b = fmt.Appendf(b, " DETH qkey 0x%08x srcqp 0x%06x", f.DETH.QKey(), f.DETH.SrcQP())
 	}
@@ -389,7 +412,7 @@ func boolBit(v bool) uint64 {
 }
 
 // detail prints every field of every header of the decoded packet.
-func (d *dumper) detail(icrcOK bool) {
+func (d *dumper) detail(st icrcState) {
 	f, w := &d.f, d.w
 	fmt.Fprintf(w, "  Ethernet  dst %s  src %s  type 0x%04x\n", f.DstMAC(), f.SrcMAC(), f.Eth.EtherType())
 	if f.VLAN != nil {
@@ -408,11 +431,15 @@ func (d *dumper) detail(icrcOK bool) {
 			ip.TrafficClass(), ip.FlowLabel(), ip.PayloadLen(), ip.NextHeader(), ip.HopLimit())
 		fmt.Fprintf(w, "            src %s  dst %s\n", ip.Src(), ip.Dst())
 	}
-	fmt.Fprintf(w, "  UDP       src port %d  dst port %d (RoCE v2)  length %d  checksum 0x%04x\n",
-		f.UDP.SrcPort(), f.UDP.DstPort(), f.UDP.Length(), f.UDP.Checksum())
+	if f.GRH != nil {
+		d.grhDetail()
+	} else {
+		fmt.Fprintf(w, "  UDP       src port %d  dst port %d (RoCE v2)  length %d  checksum 0x%04x%s\n",
+			f.UDP.SrcPort(), f.UDP.DstPort(), f.UDP.Length(), f.UDP.Checksum(), d.snifferNote(st))
+	}
 	h := f.BTH
 	fmt.Fprintf(w, "\n")
-	drawHeader(w, fmt.Sprintf("BTH: base transport header, 12 bytes (opcode 0x%02x = %s)", uint8(h.Opcode()), h.Opcode()), []field{
+	drawHeader(w, fmt.Sprintf("BTH: base transport header, 12 bytes (opcode 0x%02x = %s)", uint8(h.Opcode()), f.OpcodeName()), []field{
 		{"OpCode", 8, uint64(h.Opcode()), true},
 		{"S", 1, boolBit(h.SE()), false}, {"M", 1, boolBit(h.MigReq()), false},
 		{"Pad", 2, uint64(h.PadCnt()), false}, {"TVer", 4, uint64(h.TVer()), false},
@@ -423,6 +450,9 @@ func (d *dumper) detail(icrcOK bool) {
 		{"PSN", 24, uint64(h.PSN()), false},
 	})
 	fmt.Fprintln(w, "  S solicited event, M migration request, Pad pad count, F FECN, B BECN, A AckReq")
+	if f.RDETH != nil {
+		d.dcDetail()
+	}
 	if x := f.DETH; x != nil {
 		drawHeader(w, "DETH: datagram extended transport header, 8 bytes", []field{
 			{"Q_Key", 32, uint64(x.QKey()), true}, {"Reserved", 8, uint64(x[4]), false}, {"SrcQP", 24, uint64(x.SrcQP()), true}})
@@ -458,18 +488,12 @@ func (d *dumper) detail(icrcOK bool) {
 	if isGSI(f) {
 		d.cmDetail()
 	}
-	fmt.Fprintf(w, "  payload   %d bytes, pad %d\n", len(f.Payload), f.PadLen)
-	if icrcOK {
-		fmt.Fprintf(w, "  ICRC      0x%08x (ok)\n\n", f.ICRC)
-	} else {
-		fmt.Fprintf(w, "  ICRC      0x%08x (BAD: computed 0x%08x)\n\n", f.ICRC, f.ComputeICRC())
-	}
+	d.payloadICRCDetail(st)
 }
 
 func (d *dumper) summary() {
 	w := d.w
-	fmt.Fprintf(w, "\n%d packets: %d RoCE v2, %d other (skipped), %d malformed; ICRC: %d ok, %d bad\n",
-		d.packets, d.roce, d.other, d.malformed, d.roce-d.malformed-d.icrcBad, d.icrcBad)
+	d.countsLine()
 	if len(d.byOpcode) > 0 {
 		fmt.Fprintln(w, "\nPackets by opcode:")
 		ops := make([]bth.Opcode, 0, len(d.byOpcode))
@@ -478,7 +502,7 @@ func (d *dumper) summary() {
 		}
 		sort.Slice(ops, func(i, j int) bool { return ops[i] < ops[j] })
 		for _, op := range ops {
-			fmt.Fprintf(w, "  0x%02x %-30s %8d\n", uint8(op), op, d.byOpcode[op])
+			fmt.Fprintf(w, "  0x%02x %-30s %8d\n", uint8(op), opName(op), d.byOpcode[op])
 		}
 	}
 	d.cms.summary(w)
