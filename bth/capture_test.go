@@ -14,7 +14,13 @@ import (
 // readPcap returns the frames of a pcap file in testdata.
 func readPcap(t testing.TB, name string) [][]byte {
 	t.Helper()
-	fh, err := os.Open(filepath.Join("testdata", name))
+	return readPcapFile(t, filepath.Join("testdata", name))
+}
+
+// readPcapFile returns the frames of a pcap file; none may be cut short.
+func readPcapFile(t testing.TB, name string) [][]byte {
+	t.Helper()
+	fh, err := os.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}

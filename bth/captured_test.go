@@ -3,12 +3,9 @@ package bth
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // TestDecodeCapturedHeaderOnly cuts every captured rxe frame at every
@@ -117,26 +114,7 @@ func hwFrames(t *testing.T, name string) [][]byte {
 	if err != nil {
 		t.Skipf("hardware captures (kept outside the repository) not found: %v", err)
 	}
-	fh, err := os.Open(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	r, err := pcapgo.NewReader(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for {
-		data, _, err := r.ReadPacketData()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, data)
-	}
+	return readPcapFile(t, filepath.Join(dir, name))
 }
 
 // TestDecodeCapturedHardware reads the ConnectX captures of RoCE v1, DC and

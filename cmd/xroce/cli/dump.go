@@ -283,7 +283,7 @@ func looksV2(b []byte, et uint16, off int) bool {
 func (d *dumper) account() {
 	op := d.f.Opcode()
 	d.byOpcode[op]++
-	if (op.IsFirst() && !op.IsLast() || op.IsMiddle()) && len(d.f.Payload) > d.mtu {
+	if (op.IsFirst() && !op.IsLast() || op.IsMiddle()) && len(d.f.Payload) > d.mtu && !d.f.HeaderOnly() {
 		d.mtu = len(d.f.Payload)
 	}
 	if op == bth.OpCNP {
@@ -516,10 +516,7 @@ func (d *dumper) summary() {
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		if c := a.src.Compare(b.src); c != 0 {
-			return c < 0
-		}
-		if c := a.dst.Compare(b.dst); c != 0 {
+		if c := compareRoute(a.src, a.dst, b.src, b.dst); c != 0 {
 			return c < 0
 		}
 		if a.qp != b.qp {

@@ -276,10 +276,7 @@ func (d *dumper) countsLine() {
 		}
 		sort.Slice(keys, func(i, j int) bool {
 			a, b := keys[i], keys[j]
-			if c := a.src.Compare(b.src); c != 0 {
-				return c < 0
-			}
-			if c := a.dst.Compare(b.dst); c != 0 {
+			if c := compareRoute(a.src, a.dst, b.src, b.dst); c != 0 {
 				return c < 0
 			}
 			return a.port < b.port
@@ -290,4 +287,13 @@ func (d *dumper) countsLine() {
 				k.src, k.dst, c.sniffer.packets[k], k.port)
 		}
 	}
+}
+
+// compareRoute orders source > destination pairs by source, then
+// destination.
+func compareRoute(aSrc, aDst, bSrc, bDst netip.Addr) int {
+	if c := aSrc.Compare(bSrc); c != 0 {
+		return c
+	}
+	return aDst.Compare(bDst)
 }

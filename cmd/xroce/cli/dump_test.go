@@ -352,6 +352,15 @@ func FuzzDump(f *testing.F) {
 	}
 	f.Add(rping[:min(len(rping), 24+2*(16+322))])
 	f.Add([]byte{0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0})
+	// A header-only frame: the first record cut to 100 bytes by a snap length.
+	read, err := os.ReadFile(filepath.Join(captures, "05_read_bw_s8192.pcap"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	second := 24 + 16 + int(binary.LittleEndian.Uint32(read[24+8:]))
+	cut := append(append([]byte(nil), read[:24]...), read[second:second+16+100]...)
+	binary.LittleEndian.PutUint32(cut[24+8:], 100)
+	f.Add(cut)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src, err := openCapture(bytes.NewReader(data))
 		if err != nil {
