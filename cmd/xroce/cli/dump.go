@@ -33,6 +33,14 @@ responder resources/initiator depth, the rdma_cm header's addresses and port,
 the REJ reason, the MRA service timeout, and "pdata N/M": the private data up
 to its last nonzero byte (N) out of the M bytes the message carries.
 
+Captures as they come: a frame cut by a snap length is decoded as far as
+captured ("ICRC not captured", never malformed); a frame with UDP source port
+4791 whose ICRC matches with another port (0xC000-0xFFFF) comes from the
+ConnectX RDMA sniffer, which rewrites the port: it is marked, and the port is
+named per flow; Mellanox DC (the RD opcode range) and RoCE v1 (EtherType
+0x8915) are decoded and their ICRC checked; native InfiniBand (ERF) is counted.
+ICRCs print as Wireshark prints them: the four bytes in wire order.
+
 With -v every header field is printed, and the BTH, extension headers and MAD
 header are drawn as the IBTA specification draws them, bit by bit; a CM
 message is listed field by field, with its rdma_cm header and private data.
