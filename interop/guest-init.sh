@@ -818,7 +818,7 @@ cm_wait() {
 # What a tool of librdmacm prints when nothing listens on the port yet (a
 # REJ, reason 8 "invalid service ID"): rping, ucmatose, rdma_client
 # (rdma_connect: ECONNREFUSED), perftest.
-CM_REFUSED='(REJECTED, error:? 8|UNREACHABLE, error:? 1)$|rdma_connect: Connection refused|Unexpected CM event bl blka 8|Unable to init the socket connection'
+CM_REFUSED='(REJECTED, error:? 8|UNREACHABLE, error:? 1)$|rdma_connect: Connection refused|Unexpected CM event bl blka 8|Unable to init the socket connection|^rconnect: Connection refused'
 
 # cm_row NAME ROLE CONNS PORT CHECK GUEST_TOOL... -- XROCE_ARGS...: one row.
 # ROLE xroce_client: GUEST_TOOL listens on PORT, then the host runs xroce
@@ -1048,6 +1048,113 @@ cm_has() {
 	fi
 }
 
+# cm_chk_rstream CLIENT_LOG SERVER_LOG: both ends printed the table's
+# header and a "custom" line (rstream -S/-C prints one test, after its
+# 16-byte sync; with -T v both verified every byte they read).
+cm_chk_rstream() {
+	local f
+	for f in "$1" "$2"; do
+		grep -q '^name .*usec/xfer$' "$f" && grep -qE '^custom +[0-9.]+[kmg]? ' "$f" ||
+			echo "${f##*/} lacks rstream's table with a custom line: $(tail -1 "$f")"
+		! grep -q 'verification failed' "$f" || echo "${f##*/}: $(grep 'verification failed' "$f")"
+	done
+}
+
+# RS_PRELOAD: librdmacm's preload library, which moves a TCP program's
+# sockets onto rsockets.
+RS_PRELOAD=$(ls /usr/lib/*/rsocket/librspreload.so 2>/dev/null | head -1)
+
+# rs_rows PREFIX: rsocket streams. rstream (librdmacm's) against xroce
+# rstream, with verification, both roles, several sizes; and an unmodified
+# TCP program in the guest (rstream -T s, plain sockets) under
+# LD_PRELOAD=librspreload.so against xroce rstream.
+rs_rows() {
+	local p=$1 X=$CM_XROCE R=$CM_RXE sc s c i a
+	if ! cm_has rstream; then
+		result "$p.rstream" SKIP "$(now)" "this xroce has no rstream"
+		return
+	fi
+	for sc in 64:500:1 4096:100:2 1000000:5:1; do
+		IFS=: read -r s c i <<<"$sc"
+		a=(-S "$s" -C "$c" -I "$i" -T v)
+		cm_row "$p.rstream.s$s.c$c.xroce_client" xroce_client 1 7471 cm_chk_rstream rstream -b $R "${a[@]}" -- \
+			rstream -s $R "${a[@]}"
+		cm_row "$p.rstream.s$s.c$c.xroce_server" xroce_server 1 7471 cm_chk_rstream rstream -s $X "${a[@]}" -- \
+			rstream -b $X "${a[@]}"
+	done
+	rs_rcopy_row "$p.rcopy.xroce_client" xroce_client
+	rs_rcopy_row "$p.rcopy.xroce_server" xroce_server
+	if [ -z "$RS_PRELOAD" ]; then
+		result "$p.preload" SKIP "$(now)" "no librspreload.so in the guest"
+		return
+	fi
+	a=(-S 65536 -C 20 -T v)
+	cm_row "$p.preload.rstream_tcp.xroce_client" xroce_client 1 7471 cm_chk_rstream env LD_PRELOAD="$RS_PRELOAD" \
+		rstream -T s -b $R "${a[@]}" -- rstream -s $R "${a[@]}"
+	cm_row "$p.preload.rstream_tcp.xroce_server" xroce_server 1 7471 cm_chk_rstream env LD_PRELOAD="$RS_PRELOAD" \
+		rstream -T s -s $X "${a[@]}" -- rstream -b $X "${a[@]}"
+}
+
+# rs_rcopy_row NAME ROLE: a file of 3 MiB and 5 bytes copied with rcopy.
+# xroce_client: the guest's rcopy serves (for ever: it is stopped once the
+# copy is done) and xroce rcopy sends /out/NAME.src into /tmp; xroce_server:
+# xroce rcopy serves one client (-n 1) in the host's folder of /out and the
+# guest's rcopy sends the file there. PASS when the sender ends 0 and the
+# copy's MD5 is the source's.
+rs_rcopy_row() { rowrun _rs_rcopy_row "$@"; }
+_rs_rcopy_row() {
+	local name=$1 role=$2 to=${XROCE_TIMEOUT:-120} t0 w0 src=/out/$1.src dst gpid grc hrc why="" st
+	t0=$(now)
+	w0=$EPOCHREALTIME
+	cm_has rcopy || { result "$name" SKIP "$t0" "this xroce has no rcopy"; return; }
+	head -c $((3 * 1024 * 1024 + 5)) /dev/urandom >"$src"
+	if [ "$role" = xroce_client ]; then
+		dst=/tmp/$name.copy
+		rm -f "$dst"
+		timeout -s KILL "$to" stdbuf -oL rcopy >"/out/logs/$name.guest-server.txt" 2>&1 &
+		gpid=$!
+		if ! cm_wait_listen 7427 "$gpid"; then
+			why="the guest's rcopy did not listen on 7427"
+		elif ! cm_host_start "$name.host-client" "$to" xroce rcopy "${src#/out/}" "$CM_RXE:$dst"; then
+			why="the host did not start xroce"
+		else
+			hrc=$(host_wait "$name.host-client" "$to")
+			[ "$hrc" = 0 ] || why="xroce rcopy exit $hrc: $(tail -1 "/out/logs/$name.host-client.txt")"
+		fi
+		stop "$gpid"
+		wait "$gpid" 2>/dev/null
+	else
+		dst=/out/$name.copy
+		rm -f "$dst"
+		if ! cm_host_start "$name.host-server" "$to" xroce rcopy -n 1 -d tap0; then
+			why="the host did not start xroce"
+		else
+			nap 0.5
+			for _ in $(seq 20); do
+				timeout -s KILL "$to" stdbuf -oL rcopy "$src" "$CM_XROCE:${dst#/out/}" >"/out/logs/$name.guest-client.txt" 2>&1
+				grc=$?
+				grep -q 'rconnect failed' "/out/logs/$name.guest-client.txt" || break
+				nap 0.3
+			done
+			hrc=$(host_wait "$name.host-server" "$to")
+			[ "$grc" = 0 ] && [ "$hrc" = 0 ] || why="rcopy exit $grc, xroce rcopy exit $hrc: $(tail -1 "/out/logs/$name.guest-client.txt")"
+		fi
+	fi
+	if [ -z "$why" ] && [ "$(md5sum <"$src")" != "$(md5sum <"$dst" 2>/dev/null)" ]; then
+		why="the copy differs: $(stat -c %s "$dst" 2>/dev/null || echo none) bytes, want $(stat -c %s "$src")"
+	fi
+	if [ -z "$why" ]; then
+		st=PASS
+		result "$name" PASS "$t0" "$(stat -c %s "$dst") bytes, MD5 equal; $(grep -hoE '[0-9]+ bytes in .*' /out/logs/"$name".*.txt | head -1)"
+	else
+		st=FAIL
+		result "$name" FAIL "$t0" "$why"
+	fi
+	# The row's window, for the host's check of its CM MADs (one connection).
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 1 "" "" >>/out/cm-windows.tsv
+	rm -f "$src" "$dst"
+}
+
 # cm_rows PREFIX LOSSY: the rows of the cm mode, named PREFIX.*.
 cm_rows() {
 	local p=$1 lossy=$2 X=$CM_XROCE R=$CM_RXE s c t q n sc
@@ -1122,6 +1229,7 @@ cm_rows() {
 	else
 		result "$p.udaddy" SKIP "$(now)" "this xroce has no udaddy"
 	fi
+	rs_rows "$p"
 }
 
 # cm_capture_start PREFIX / cm_capture_stop PREFIX: tcpdump on eth0 (both

@@ -10,19 +10,22 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
 )
 
 const perfStreamAbout = `
-Compare xroce byte streams (package stream: net.Conn over one RC QP) with TCP
+Compare byte streams of package stream (net.Conn over one RC QP) in xroce's
+own protocol and in rsocket's (librdmacm's, connected over RDMA CM) with TCP
 on the same link and cores, in one run: throughput of 4 KiB, 64 KiB and 1 MiB
 writes (the reader reads up to 1 MiB at a time), 64-byte ping-pong latency
 (p50 and p99 of the round trip), CPU seconds per GB at both ends (user+system
@@ -64,13 +67,14 @@ type psOptions struct {
 	ring     int
 	spin     time.Duration
 	tcp      bool
+	rsocket  bool
 	lat, bw  bool
 	self     bool // -netns
 	timeout  time.Duration
 }
 
 func runPerfStream(ctx context.Context, e *env, args []string) error {
-	o := psOptions{port: 18515, tcp: true, lat: true, bw: true}
+	o := psOptions{port: 18515, tcp: true, rsocket: true, lat: true, bw: true}
 	fs := newFlagSet(e, "perf stream", "[flags] [HOST]", perfStreamAbout, perfStreamExamples)
 	fs.StringVar(&o.dev, "d", "", "network `interface` to use (default: the route's to HOST, or the only one with an address)")
 	fs.IntVar(&o.port, "p", o.port, "TCP `port` of the control connection")
@@ -81,6 +85,7 @@ func runPerfStream(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.ring, "ring", 0, "receive ring in `bytes` (default the package's, 1 MiB)")
 	fs.DurationVar(&o.spin, "spin", 0, "a Read with nothing to read polls this `long` before it sleeps (stream.Config.ReadSpin), at both ends")
 	fs.BoolVar(&o.tcp, "tcp", o.tcp, "run each test over TCP too")
+	fs.BoolVar(&o.rsocket, "rsocket", o.rsocket, "run each test over an rsocket stream too (rsocket's protocol, RDMA CM on the control port + 1)")
 	fs.BoolVar(&o.bw, "bw", o.bw, "run the throughput tests")
 	fs.BoolVar(&o.lat, "lat", o.lat, "run the ping-pong test")
 	fs.BoolVar(&o.self, "netns", false, "make two network namespaces over a veth pair and run both ends here (needs root)")
@@ -155,19 +160,21 @@ func psConfig(direct, ring int, spin time.Duration) stream.Config {
 // client's psRequest, the server's psReply.
 type psRequest struct {
 	Op        string        // "hello", "bw", "pp", "bye"
-	Transport string        // "xroce", "tcp"
+	Transport string        // "xroce", "rsocket", "tcp"
+	Rsocket   bool          `json:",omitempty"` // hello: listen for rsocket streams too
 	Direct    int           // hello: DirectThreshold, 0 for off
 	Ring      int           // hello: RingSize
 	Spin      time.Duration `json:",omitempty"` // hello: ReadSpin
 }
 
 type psReply struct {
-	Err        string        `json:",omitempty"`
-	StreamPort int           `json:",omitempty"` // hello
-	TCPPort    int           `json:",omitempty"` // hello
-	Bytes      int64         `json:",omitempty"` // bw: bytes read
-	CPU        time.Duration `json:",omitempty"` // bw: the server's CPU time during the test
-	Stats      *stream.Stats `json:",omitempty"` // bw, pp over xroce: the server's counters
+	Err         string        `json:",omitempty"`
+	StreamPort  int           `json:",omitempty"` // hello
+	TCPPort     int           `json:",omitempty"` // hello
+	RsocketPort int           `json:",omitempty"` // hello: the RDMA CM port, 0 for none
+	Bytes       int64         `json:",omitempty"` // bw: bytes read
+	CPU         time.Duration `json:",omitempty"` // bw: the server's CPU time during the test
+	Stats       *stream.Stats `json:",omitempty"` // bw, pp over xroce: the server's counters
 }
 
 func cpuTime() time.Duration {
@@ -247,6 +254,8 @@ type psServer struct {
 	ctl   *psControl
 	do    inNS
 	sln   *stream.Listener
+	rln   *stream.Listener // RDMA CM's, for rsocket streams
+	agent *cm.Agent
 	tln   net.Listener
 	tests int
 }
@@ -277,6 +286,15 @@ func (s *psServer) serve(ctx context.Context, ip net.IP) error {
 	defer s.sln.Close()
 	defer s.tln.Close()
 	hello := psReply{StreamPort: s.sln.Addr().(*net.TCPAddr).Port, TCPPort: s.tln.Addr().(*net.TCPAddr).Port}
+	if req.Rsocket {
+		if err := s.listenRS(cfg, ip); err != nil {
+			s.ctl.send(psReply{Err: err.Error()})
+			return err
+		}
+		defer s.agent.Close()
+		defer s.rln.Close()
+		hello.RsocketPort = s.o.port + 1
+	}
 	if err := s.ctl.send(hello); err != nil {
 		return err
 	}
@@ -302,6 +320,24 @@ func (s *psServer) serve(ctx context.Context, ip net.IP) error {
 	}
 }
 
+// listenRS starts the device's CM agent and listens for rsocket streams on
+// ip, port -p + 1.
+func (s *psServer) listenRS(cfg stream.Config, ip net.IP) error {
+	addr, ok := netip.AddrFromSlice(ip)
+	if !ok || s.o.port+1 > 65535 {
+		return fmt.Errorf("no address for rsocket streams")
+	}
+	return s.do(func() (err error) {
+		if s.agent, err = cm.Open(s.dev, cm.AgentConfig{}); err != nil {
+			return err
+		}
+		if s.rln, err = cfg.ListenCM(s.agent, netip.AddrPortFrom(addr.Unmap(), uint16(s.o.port+1))); err != nil {
+			s.agent.Close()
+		}
+		return err
+	})
+}
+
 // accept takes the test's connection from the listener of transport.
 func (s *psServer) accept(transport string) (net.Conn, error) {
 	var ln interface {
@@ -312,6 +348,11 @@ func (s *psServer) accept(transport string) (net.Conn, error) {
 		ln = s.sln
 	case "tcp":
 		ln = s.tln
+	case "rsocket":
+		if s.rln == nil {
+			return nil, fmt.Errorf("no rsocket listener")
+		}
+		ln = s.rln
 	default:
 		return nil, fmt.Errorf("unknown transport %q", transport)
 	}
@@ -331,6 +372,9 @@ func (s *psServer) accept(transport string) (net.Conn, error) {
 		// Closing the listener ends the Accept; the run is over anyway.
 		s.sln.Close()
 		s.tln.Close()
+		if s.rln != nil {
+			s.rln.Close()
+		}
 		return nil, fmt.Errorf("no %s connection within %v", transport, s.o.timeout)
 	}
 }
@@ -461,12 +505,14 @@ type psClient struct {
 	cpuBoth bool // both ends are this process (-netns)
 	sport   int
 	tport   int
+	rport   int       // the server's RDMA CM port for rsocket streams
+	agent   *cm.Agent // -rsocket's
 	results []*psResult
 }
 
 func (c *psClient) run(ctx context.Context) error {
 	o := c.o
-	if err := c.ctl.send(psRequest{Op: "hello", Direct: o.direct, Ring: o.ring, Spin: o.spin}); err != nil {
+	if err := c.ctl.send(psRequest{Op: "hello", Direct: o.direct, Ring: o.ring, Spin: o.spin, Rsocket: o.rsocket}); err != nil {
 		return err
 	}
 	var rep psReply
@@ -476,8 +522,20 @@ func (c *psClient) run(ctx context.Context) error {
 	if rep.Err != "" {
 		return fmt.Errorf("server: %s", rep.Err)
 	}
-	c.sport, c.tport = rep.StreamPort, rep.TCPPort
+	c.sport, c.tport, c.rport = rep.StreamPort, rep.TCPPort, rep.RsocketPort
 	transports := []string{"xroce"}
+	if o.rsocket {
+		if c.rport == 0 {
+			return fmt.Errorf("the server offers no rsocket streams")
+		}
+		a, err := cm.Open(c.dev, cm.AgentConfig{})
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		c.agent = a
+		transports = append(transports, "rsocket")
+	}
 	if o.tcp {
 		transports = append(transports, "tcp")
 	}
@@ -513,8 +571,18 @@ func (c *psClient) dial(ctx context.Context, transport string) (net.Conn, error)
 	defer cancel()
 	var conn net.Conn
 	err := c.do(func() (err error) {
-		if transport == "xroce" {
+		switch transport {
+		case "xroce":
 			conn, err = psConfig(c.o.direct, c.o.ring, c.o.spin).Dial(ctx, c.dev, net.JoinHostPort(c.host, strconv.Itoa(c.sport)))
+			return err
+		case "rsocket":
+			ip, err := netip.ParseAddr(c.host)
+			if err != nil {
+				return fmt.Errorf("rsocket streams need HOST as an address: %w", err)
+			}
+			cfg := psConfig(c.o.direct, c.o.ring, c.o.spin)
+			cfg.Protocol = stream.ProtocolRsocket
+			conn, err = cfg.DialCM(ctx, c.agent, netip.AddrPortFrom(ip.Unmap(), uint16(c.rport)))
 			return err
 		}
 		var d net.Dialer
@@ -705,10 +773,12 @@ func (c *psClient) localIP() string {
 	return "?"
 }
 
-// printBW prints the throughput lines of one size, with the ratio.
+// printBW prints the throughput lines of one size, then each stream's
+// ratios to TCP.
 func (c *psClient) printBW(size int) {
 	w := c.e.stdout
-	var x, t *psResult
+	var streams []*psResult
+	var t *psResult
 	for _, r := range c.results {
 		if r.size != size || r.lat != nil {
 			continue
@@ -721,18 +791,21 @@ func (c *psClient) printBW(size int) {
 		if r.streamTested {
 			st := r.clientStats
 			direct = fmt.Sprintf("%.1f%%", 100*float64(st.DirectBytes)/float64(max(st.BytesWritten, 1)))
-			x = r
+			streams = append(streams, r)
 		} else {
 			t = r
 		}
 		fmt.Fprintf(w, " %-12s %-10s %10d %10.2f %24s %8s\n", byteSize(size), r.transport, r.bytes>>20, r.gbits(), cpu, direct)
 	}
-	if x != nil && t != nil {
+	if t == nil {
+		return
+	}
+	for _, x := range streams {
 		cx, ct := x.cpuC+x.cpuS, t.cpuC+t.cpuS
 		if c.cpuBoth {
 			cx, ct = x.cpuC, t.cpuC
 		}
-		fmt.Fprintf(w, " %-12s %-10s %10s %9.2fx %23.2fx\n", "", "xroce/tcp", "", x.gbits()/t.gbits(),
+		fmt.Fprintf(w, " %-12s %-10s %10s %9.2fx %23.2fx\n", "", x.transport+"/tcp", "", x.gbits()/t.gbits(),
 			cpuPerGB(cx, x.bytes)/cpuPerGB(ct, t.bytes))
 	}
 }
@@ -740,8 +813,8 @@ func (c *psClient) printBW(size int) {
 func (c *psClient) printLat() {
 	w := c.e.stdout
 	fmt.Fprintf(w, "\n %-23s %10s %10s %10s %10s\n", "64 B ping-pong", "round trips", "p50 µs", "p99 µs", "avg µs")
-	var p50 [2]float64
-	i := 0
+	p50 := map[string]float64{}
+	var order []string
 	for _, r := range c.results {
 		if r.lat == nil {
 			continue
@@ -751,13 +824,15 @@ func (c *psClient) printLat() {
 		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 		fmt.Fprintf(w, " %-23s %10d %10.1f %10.1f %10.1f\n", r.transport, len(s), us(percentile(s, 50)), us(percentile(s, 99)),
 			us(r.elapsed)/float64(max(len(s), 1)))
-		if i < 2 {
-			p50[i] = us(percentile(s, 50))
-		}
-		i++
+		p50[r.transport] = us(percentile(s, 50))
+		order = append(order, r.transport)
 	}
-	if i == 2 {
-		fmt.Fprintf(w, " %-23s %10s %9.2fx\n", "xroce/tcp", "", p50[0]/p50[1])
+	if t, ok := p50["tcp"]; ok {
+		for _, tr := range order {
+			if tr != "tcp" {
+				fmt.Fprintf(w, " %-23s %10s %9.2fx\n", tr+"/tcp", "", p50[tr]/t)
+			}
+		}
 	}
 }
 

@@ -18,9 +18,9 @@ import (
 )
 
 var (
-	psBWLineRE  = regexp.MustCompile(`(?m)^ (\d+ (?:KiB|MiB|B))\s+(xroce|tcp)\s+\d+\s+\d+\.\d\d\s+(\d+\.\d\d\+\d+\.\d\d|\d+\.\d\d)\s+(\d+\.\d%|-)$`)
-	psRatioRE   = regexp.MustCompile(`(?m)^\s+xroce/tcp\s+\d+\.\d\dx\s+\d+\.\d\dx$`)
-	psLatLineRE = regexp.MustCompile(`(?m)^ (xroce|tcp)\s+(\d+)\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d$`)
+	psBWLineRE  = regexp.MustCompile(`(?m)^ (\d+ (?:KiB|MiB|B))\s+(xroce|rsocket|tcp)\s+\d+\s+\d+\.\d\d\s+(\d+\.\d\d\+\d+\.\d\d|\d+\.\d\d)\s+(\d+\.\d%|-)$`)
+	psRatioRE   = regexp.MustCompile(`(?m)^\s+(?:xroce|rsocket)/tcp\s+\d+\.\d\dx\s+\d+\.\d\dx$`)
+	psLatLineRE = regexp.MustCompile(`(?m)^ (xroce|rsocket|tcp)\s+(\d+)\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d$`)
 )
 
 // checkPerfStream checks the client's table: bw lines of each transport
@@ -33,14 +33,17 @@ func checkPerfStream(t *testing.T, r result, sizes, transports, iters int) {
 	if n := len(psBWLineRE.FindAllString(r.stdout, -1)); n != sizes*transports {
 		t.Errorf("%d throughput lines, want %d:\n%s", n, sizes*transports, r.stdout)
 	}
+	// Each stream transport gets a ratio to TCP per size and for the
+	// ping-pong, when TCP ran.
 	ratios := 0
-	if transports == 2 {
+	if regexp.MustCompile(`(?m)^ \S.*\s+tcp\s`).MatchString(r.stdout) {
 		ratios = sizes
 		if iters > 0 {
 			ratios++
 		}
+		ratios *= transports - 1
 	}
-	if n := len(psRatioRE.FindAllString(r.stdout, -1)) + strings.Count(r.stdout, "\n xroce/tcp "); n < ratios {
+	if n := len(psRatioRE.FindAllString(r.stdout, -1)) + len(regexp.MustCompile(`\n (?:xroce|rsocket)/tcp `).FindAllString(r.stdout, -1)); n < ratios {
 		t.Errorf("%d ratio lines, want %d:\n%s", n, ratios, r.stdout)
 	}
 	lat := psLatLineRE.FindAllStringSubmatch(r.stdout, -1)
@@ -67,10 +70,10 @@ func TestPerfStream(t *testing.T) {
 		flags                      []string
 		sizes, transports, latency int
 	}{
-		{"all", []string{"-n", "50"}, 3, 2, 50},
-		{"direct", []string{"-n", "40", "-s", "262144", "-direct", "65536", "-tcp=false", "-lat=false"}, 1, 1, 0},
-		{"latency", []string{"-n", "300", "-bw=false"}, 0, 2, 300},
-		{"spin", []string{"-n", "300", "-bw=false", "-tcp=false", "-spin", "200us"}, 0, 1, 300},
+		{"all", []string{"-n", "50"}, 3, 3, 50},
+		{"direct", []string{"-n", "40", "-s", "262144", "-direct", "65536", "-tcp=false", "-rsocket=false", "-lat=false"}, 1, 1, 0},
+		{"latency", []string{"-n", "300", "-bw=false", "-rsocket=false"}, 0, 2, 300},
+		{"spin", []string{"-n", "300", "-bw=false", "-tcp=false", "-spin", "200us"}, 0, 2, 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			port := 18700 + i
@@ -90,7 +93,7 @@ func TestPerfStream(t *testing.T) {
 // A run of -D seconds prints progress lines on stderr.
 func TestPerfStreamDuration(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
-	flags := []string{"perf", "stream", "-p", "18710", "-timeout", "10s", "-D", "3", "-s", "65536", "-lat=false", "-tcp=false"}
+	flags := []string{"perf", "stream", "-p", "18710", "-timeout", "10s", "-D", "3", "-s", "65536", "-lat=false", "-tcp=false", "-rsocket=false"}
 	rs, rc := clientServer(t, p, 18710, append(flags, "-d", p.B.Ifname), append(flags, "-d", p.A.Ifname))
 	if rs.err != nil {
 		t.Errorf("server: %v", rs.err)
@@ -115,7 +118,7 @@ func TestPerfStreamNetnsBinary(t *testing.T) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	checkPerfStream(t, result{err, out.String(), errb.String()}, 1, 2, 100)
+	checkPerfStream(t, result{err, out.String(), errb.String()}, 1, 3, 100)
 	if !strings.Contains(out.String(), "cpu-s/GB (both ends)") {
 		t.Errorf("no both-ends CPU column:\n%s", out.String())
 	}
