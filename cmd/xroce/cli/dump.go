@@ -70,7 +70,7 @@ type dumpOptions struct {
 
 func runDump(ctx context.Context, e *env, args []string) error {
 	var o dumpOptions
-	var iface, write string
+	var iface, write, html string
 	fs := newFlagSet(e, "dump", "[flags] FILE | -i INTERFACE [-w FILE]", dumpAbout, dumpExamples)
 	fs.BoolVar(&o.verbose, "v", false, "print every header field, with bit diagrams of the BTH and extension headers")
 	fs.BoolVar(&o.hexdump, "x", false, "print each packet's payload in hex")
@@ -79,6 +79,7 @@ func runDump(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.noSummary, "no-summary", false, "no summary at the end")
 	fs.StringVar(&iface, "i", "", "capture live from `INTERFACE` (AF_PACKET; RoCE v2 frames only, both directions) until Ctrl-C or -c")
 	fs.StringVar(&write, "w", "", "with -i: also write the captured frames to `FILE` (pcap)")
+	fs.StringVar(&html, "html", "", "also draw the capture as one HTML page in `FILE`: sequence diagrams, PSN graphs, packet list with header drawings")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -96,11 +97,19 @@ func runDump(ctx context.Context, e *env, args []string) error {
 	}
 	d := newDumper(e.stdout, o)
 	name := iface
+	if iface == "" {
+		name = pos[0]
+	}
+	if html != "" {
+		d.html = newHTMLPage(name, "xroce dump "+strings.Join(args, " "), nil)
+	}
 	if iface != "" {
 		err = d.live(ctx, iface, write)
 	} else {
-		name = pos[0]
 		err = d.file(pos[0])
+	}
+	if html != "" && (err == nil || d.packets > 0) {
+		err = errors.Join(err, d.html.write(html))
 	}
 	if !o.noSummary && (err == nil || d.packets > 0) {
 		d.summary()
@@ -164,6 +173,7 @@ type dumper struct {
 	cms                                      cmStats
 	cap                                      capturedStats // what real captures add: v1, DC, header-only, sniffer
 	icrcOK                                   int
+	html                                     *htmlPage // --html: the page being built, or nil
 }
 
 func newDumper(w io.Writer, o dumpOptions) *dumper {
@@ -191,6 +201,9 @@ func (d *dumper) done() bool { return d.o.count > 0 && d.roce+d.cap.v1 >= d.o.co
 // packet decodes, accounts for and prints one frame (nil for a packet of a
 // link type that cannot carry RoCE).
 func (d *dumper) packet(frame []byte, t time.Time) {
+	if d.html != nil {
+		defer d.html.add(d, frame, t)
+	}
 	d.packets++
 	if d.packets == 1 {
 		d.t0 = t
