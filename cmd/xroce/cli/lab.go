@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
@@ -62,6 +64,7 @@ type labOptions struct {
 	loss     float64       // loss probability of the loss phase; 0 skips it
 	trace    int           // packets drawn in the sequence diagram
 	pcap     string        // pcap file; "" for none
+	html     string        // page drawn from the pcap afterwards; "" for none
 	quiet    bool          // only the results table
 	statDir  string        // where the stat socket goes; "" for none
 }
@@ -171,6 +174,7 @@ func runLab(ctx context.Context, e *env, args []string) error {
 	fs.Var(lossFlag{&o.loss}, "loss", "frame loss injected in the loss phase, as 0.1 or 10% (0: no loss phase)")
 	fs.IntVar(&o.trace, "trace", o.trace, "packets of the tour drawn as a sequence diagram (0: none)")
 	fs.StringVar(&o.pcap, "pcap", o.pcap, "write the frames to `FILE` (\"\" or none: no capture)")
+	fs.StringVar(&o.html, "html", "", "afterwards, draw the --pcap capture as one HTML page in `FILE` (as xroce dump --html)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the results table")
 	fs.StringVar(&o.statDir, "stat-dir", o.statDir, "serve counters to 'xroce stat' on a socket in `DIR` (\"\": no socket)")
 	pos, err := parseInterspersed(fs, args)
@@ -197,13 +201,35 @@ func runLab(ctx context.Context, e *env, args []string) error {
 		return usagef("lab: --loss %v out of range 0..0.5 (50%%)", o.loss)
 	case o.trace < 0 || o.trace > 100000:
 		return usagef("lab: --trace %d out of range 0..100000", o.trace)
+	case o.html != "" && o.pcap == "":
+		return usagef("lab: --html draws the frames of --pcap: give it a file")
 	}
 	for _, n := range o.sizes {
 		if n > 4<<20 {
 			return usagef("lab: tour size %d above 4M", n)
 		}
 	}
-	return lab(ctx, e, o)
+	err = lab(ctx, e, o)
+	if o.html != "" && ctx.Err() == nil {
+		err = errors.Join(err, labHTML(e, o))
+	}
+	return err
+}
+
+// labHTML draws the lab's capture, with its hosts named A and B.
+func labHTML(e *env, o labOptions) error {
+	d := newDumper(io.Discard, dumpOptions{quiet: true})
+	d.html = newHTMLPage(o.pcap, "xroce lab: the tour, the loss phase and the first frames of each measurement", labNames())
+	if err := d.file(o.pcap); err != nil {
+		return fmt.Errorf("lab: html: %s: %w", o.pcap, err)
+	}
+	if err := d.html.write(o.html); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if !o.quiet {
+		fmt.Fprintf(e.stdout, "  html %s: the capture drawn (sequence diagrams, PSN graphs, headers bit by bit)\n", o.html)
+	}
+	return nil
 }
 
 // counters flattens a struct of counters (roce.Stats and the like) into

@@ -145,6 +145,12 @@ func lab(ctx context.Context, e *env, o labOptions) (err error) {
 	return nil
 }
 
+// labNames names the lab's hosts by their addresses, for lab --html.
+func labNames() map[netip.Addr]string {
+	a := netns.DefaultPrefix.Addr().Next()
+	return map[netip.Addr]string{a: "A", a.Next(): "B"}
+}
+
 // labTestHook, when set by a test, is called as the lab enters each phase;
 // an error it returns ends the lab (and it may panic).
 var labTestHook func(phase string) error
