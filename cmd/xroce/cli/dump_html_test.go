@@ -1,0 +1,354 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/internal/viz"
+)
+
+var (
+	hostA = netip.MustParseAddr("198.18.0.1")
+	hostB = netip.MustParseAddr("198.18.0.2")
+)
+
+// rcFrame builds an RC (or UD, with DETH) frame from src to dst.
+func rcFrame(t *testing.T, src, dst netip.Addr, op bth.Opcode, qp uint32, psn bth.PSN, syn bth.Syndrome, n int) []byte {
+	t.Helper()
+	ff := bth.FrameFields{
+		SrcMAC: [6]byte{2, 0, 0, 0, 0, src.As4()[3]}, DstMAC: [6]byte{2, 0, 0, 0, 0, dst.As4()[3]},
+		SrcIP: src, DstIP: dst, TTL: 64, SrcPort: 0xc011,
+		BTH:  bth.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp, PSN: psn, AckReq: true},
+		AETH: bth.AETHFields{Syndrome: syn},
+		RETH: bth.RETHFields{VA: 0x1000, RKey: 0x1234, DMALen: uint32(n)},
+		DETH: bth.DETHFields{QKey: 0x11111111, SrcQP: 0x44},
+	}
+	buf := make([]byte, ff.FrameLen(n))
+	l, err := bth.Build(buf, &ff, make([]byte, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:l]
+}
+
+// lossyCapture is a capture taken at A, one frame a millisecond, with one
+// of each thing the page marks. want lists the marks by packet number.
+func lossyCapture(t *testing.T) (path string, want map[int]viz.Mark) {
+	ack, seq := bth.ACKSyndrome(bth.CreditsInvalid), bth.NakPSNSeqError
+	a2b := func(op bth.Opcode, psn bth.PSN, n int) []byte { return rcFrame(t, hostA, hostB, op, 0x22, psn, 0, n) }
+	b2a := func(psn bth.PSN, syn bth.Syndrome) []byte {
+		return rcFrame(t, hostB, hostA, bth.RCAck, 0x11, psn, syn, 0)
+	}
+	bad := a2b(bth.RCSendOnly, 108, 16)
+	bad[len(bad)-1] ^= 0xff
+	frames := [][]byte{
+		a2b(bth.RCSendOnly, 100, 64),             // 1
+		b2a(100, ack),                            // 2
+		a2b(bth.RCSendOnly, 101, 64),             // 3 lost: the NAK names it
+		a2b(bth.RCSendOnly, 102, 64),             // 4
+		b2a(101, seq),                            // 5 NAK
+		a2b(bth.RCSendOnly, 101, 64),             // 6 sent again
+		a2b(bth.RCSendOnly, 102, 64),             // 7 sent again
+		b2a(102, ack),                            // 8
+		a2b(bth.RCSendOnly, 103, 64),             // 9
+		b2a(103, bth.RNRNakSyndrome(14)),         // 10 RNR NAK, 1.28 ms
+		a2b(bth.RCSendOnly, 103, 64),             // 11 sent again
+		b2a(103, ack),                            // 12
+		a2b(bth.RCWriteOnly, 104, 64),            // 13
+		b2a(104, bth.NakRemoteAccessError),       // 14 error NAK
+		a2b(bth.RCSendOnly, 107, 64),             // 15 105 and 106 missing
+		bad,                                      // 16 bad ICRC
+		a2b(bth.RCSendOnly, 109, 64)[:14+20+8+6], // 17 malformed: a short BTH
+		rcFrame(t, hostA, hostB, bth.UDSendOnly, 0x33, 7, 0, 32), // 18 UD, from QP 0x44
+		make([]byte, 60), // 19 not RoCE
+	}
+	want = map[int]viz.Mark{3: viz.MarkLost, 5: viz.MarkNAK, 6: viz.MarkRetrans, 7: viz.MarkRetrans, 10: viz.MarkRNR,
+		11: viz.MarkRetrans, 14: viz.MarkNAKError, 15: viz.MarkGap, 16: viz.MarkBad, 17: viz.MarkBad}
+	return writeCapture(t, false, layers.LinkTypeEthernet, frames), want
+}
+
+// buildPage reads a capture as dump --html does and returns the model.
+func buildPage(t *testing.T, path string) *viz.Capture {
+	t.Helper()
+	d := newDumper(io.Discard, dumpOptions{quiet: true})
+	d.html = newHTMLPage(filepath.Base(path), "test", nil)
+	if err := d.file(path); err != nil {
+		t.Fatal(err)
+	}
+	return d.html.finish()
+}
+
+func TestDumpHTMLMarks(t *testing.T) {
+	path, want := lossyCapture(t)
+	c := buildPage(t, path)
+	if c.Frames != 19 || c.Skipped != 1 || len(c.Packets) != 18 {
+		t.Fatalf("%d frames, %d skipped, %d packets; want 19, 1, 18", c.Frames, c.Skipped, len(c.Packets))
+	}
+	for _, p := range c.Packets {
+		if p.Marks != want[p.N] {
+			t.Errorf("packet %d (%s PSN %d): marks %b, want %b (note %q)", p.N, p.Opcode, p.PSN, p.Marks, want[p.N], p.Note)
+		}
+	}
+	byN := func(n int) *viz.Packet { return &c.Packets[n-1] }
+	if p := byN(10); p.RNRWait != 1280*time.Microsecond {
+		t.Errorf("RNR wait %v, want 1.28ms", p.RNRWait)
+	}
+	if p := byN(15); p.Missing != 2 {
+		t.Errorf("gap of %d PSNs, want 2", p.Missing)
+	}
+	if p := byN(3); !strings.Contains(p.Note, "lost: never reached 198.18.0.2 (NAK #5)") {
+		t.Errorf("lost packet's note %q", p.Note)
+	}
+	if p := byN(6); !strings.Contains(p.Note, "retransmission of PSN 101 (last sent in #3)") {
+		t.Errorf("retransmission's note %q", p.Note)
+	}
+	if p := byN(2); !p.Acked || !p.Response || p.Data {
+		t.Errorf("ACK: acked %v response %v data %v", p.Acked, p.Response, p.Data)
+	}
+	// The ACKs answer A's requests: A's QP is the ACKs' destination QP.
+	if len(c.Pairs) != 2 {
+		t.Fatalf("pairs %+v, want RC and UD", c.Pairs)
+	}
+	rc, ud := c.Pairs[0], c.Pairs[1]
+	if rc.Transport != "RC" || rc.A.Addr != "198.18.0.1" || rc.A.QP != 0x11 || !rc.A.QPKnown || rc.B.QP != 0x22 {
+		t.Errorf("RC pair %+v, want 198.18.0.1 QP 0x11 and 198.18.0.2 QP 0x22", rc)
+	}
+	if ud.Transport != "UD" || ud.A.QP != 0x44 || ud.B.QP != 0x33 {
+		t.Errorf("UD pair %+v, want QP 0x44 (the DETH's) and QP 0x33", ud)
+	}
+	for _, p := range c.Packets {
+		switch {
+		case p.N == 17 && p.Pair != -1:
+			t.Errorf("the malformed packet has pair %d", p.Pair)
+		case p.N == 18 && p.Pair != 1, p.N < 17 && p.Pair != 0:
+			t.Errorf("packet %d in pair %d", p.N, p.Pair)
+		case p.N < 17 && p.FromA != (p.Src == "198.18.0.1"):
+			t.Errorf("packet %d from %s: FromA %v", p.N, p.Src, p.FromA)
+		}
+	}
+	// The bit diagrams: Ethernet, IPv4, UDP, BTH, (RETH), AETH..., ICRC in wire order.
+	var names []string
+	for _, h := range byN(5).Headers {
+		names = append(names, h.Name)
+	}
+	if got := strings.Join(names, ","); got != "Ethernet,IPv4,UDP,BTH,AETH,Payload,ICRC" {
+		t.Errorf("NAK's headers %s", got)
+	}
+	var f bth.Frame
+	frames := realFrames(t, "01_rc_pingpong.pcap", 1)
+	if err := f.Decode(frames[0]); err != nil {
+		t.Fatal(err)
+	}
+	hs := frameHeaders(&f)
+	if icrc := hs[len(hs)-1]; icrc.Name != "ICRC" || icrc.Fields[0].Value != "0x888ebcd6" {
+		t.Errorf("ICRC field %+v, want Wireshark's 0x888ebcd6 (wire order)", icrc)
+	}
+	bits := 0
+	for _, fl := range hs[3].Fields {
+		bits += fl.Bits
+	}
+	if hs[3].Name != "BTH" || bits != 96 {
+		t.Errorf("%s has %d bits, want BTH's 96", hs[3].Name, bits)
+	}
+}
+
+// expected is what the page of a capture must show: the model's own counts.
+type expected struct {
+	arrows, gaps, waits, diagrams, rows int
+}
+
+func expect(c *viz.Capture) expected {
+	e := expected{rows: len(c.Packets)}
+	per := make([]int, len(c.Pairs))
+	for _, p := range c.Packets {
+		if p.Pair < 0 {
+			continue
+		}
+		if per[p.Pair] < viz.MaxArrows {
+			e.arrows++
+			if p.Missing > 0 {
+				e.gaps++
+			}
+			if p.Marks&viz.MarkRNR != 0 && p.RNRWait > 0 {
+				e.waits++
+			}
+		}
+		per[p.Pair]++
+	}
+	for _, n := range per {
+		if n > 0 {
+			e.diagrams++
+		}
+	}
+	return e
+}
+
+// TestDumpHTMLCaptures draws the real rxe captures: as many arrows as
+// packets, the gaps and retransmissions of the lossy one, the CM pair of
+// rping.
+func TestDumpHTMLCaptures(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		pairs, cm, gaps, again int
+	}{
+		{"01_rc_pingpong.pcap", 1, 0, 0, 0},
+		{"02_ud_pingpong.pcap", 1, 0, 0, 0},
+		{"06_atomic_bw.pcap", 1, 0, 0, 0},
+		{"09_rping_rdmacm.pcap", 2, 5, 0, 0},
+		{"11_read_bw_loss10_resp.pcap", 1, 0, 60, 386},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			page := filepath.Join(dir, "p.html")
+			out, _, err := run(t, "dump", "-q", "--html", page, filepath.Join(captures, tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(out, " ICRC ok") {
+				t.Errorf("-q --html printed packet lines")
+			}
+			s, err := os.ReadFile(page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := buildPage(t, filepath.Join(captures, tc.name))
+			marks := map[viz.Mark]int{}
+			for _, p := range c.Packets {
+				for m := viz.Mark(1); m != 0; m <<= 1 {
+					if p.Marks&m != 0 {
+						marks[m]++
+					}
+				}
+			}
+			if len(c.Pairs) != tc.pairs || marks[viz.MarkCM] != tc.cm || marks[viz.MarkGap] != tc.gaps || marks[viz.MarkRetrans] != tc.again {
+				t.Errorf("%d pairs, %d CM, %d gaps, %d sent again; want %d, %d, %d, %d",
+					len(c.Pairs), marks[viz.MarkCM], marks[viz.MarkGap], marks[viz.MarkRetrans], tc.pairs, tc.cm, tc.gaps, tc.again)
+			}
+			if marks[viz.MarkBad]+marks[viz.MarkNAK]+marks[viz.MarkLost] != 0 {
+				t.Errorf("marks %v on a capture without bad packets or NAKs", marks)
+			}
+			if got, want := strings.Count(string(s), `<g class="arrow `), expect(c).arrows; got != want || want != len(c.Packets) {
+				t.Errorf("%d arrows, want %d (%d packets)", got, want, len(c.Packets))
+			}
+		})
+	}
+}
+
+func TestLabHTMLNeedsPcap(t *testing.T) {
+	if _, _, err := run(t, "lab", "--pcap", "none", "--html", "x.html"); ExitCode(err) != 2 {
+		t.Errorf("lab --pcap none --html: %v, want a usage error", err)
+	}
+}
+
+// chromium is the headless browser the page is tested in.
+const chromium = "/usr/bin/chromium"
+
+var selftestRE = regexp.MustCompile(`<div id="selftest"[^>]*>`)
+
+// browse loads a page in headless Chromium and returns what the page's
+// script counted (the attributes of its #selftest element) and its text
+// (the errors it caught), and fails on console messages.
+func browse(t *testing.T, page, fragment string) map[string]string {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("no %s (apt-get install chromium): the page is not tested in a browser", chromium)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	abs, err := filepath.Abs(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--user-data-dir="+t.TempDir(),
+		"--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--log-level=0",
+		"--virtual-time-budget=2000", "--dump-dom", "file://"+abs+fragment)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	t.Logf("chromium took %v", time.Since(start).Round(time.Millisecond))
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(l, ":CONSOLE") {
+			t.Errorf("console: %s", l)
+		}
+	}
+	dom := stdout.String()
+	tag := selftestRE.FindString(dom)
+	if tag == "" {
+		t.Fatalf("no #selftest in the page chromium dumped (%d bytes)", len(dom))
+	}
+	got := map[string]string{}
+	for _, m := range regexp.MustCompile(`data-(\w+)="([^"]*)"`).FindAllStringSubmatch(tag, -1) {
+		got[m[1]] = m[2]
+	}
+	if got["done"] != "1" {
+		t.Errorf("the page's script did not finish: %s", tag)
+	}
+	if got["errors"] != "0" {
+		rest := dom[strings.Index(dom, tag)+len(tag):]
+		t.Errorf("script errors: %s", rest[:strings.Index(rest, "</div>")])
+	}
+	return got
+}
+
+// TestDumpHTMLBrowser loads pages in headless Chromium: the script runs
+// without errors, the browser shows as many arrows, gap marks, RNR waits,
+// diagrams and rows as the model has, and #pkt=N draws that packet's
+// headers bit by bit.
+func TestDumpHTMLBrowser(t *testing.T) {
+	lossy, _ := lossyCapture(t)
+	for _, tc := range []struct {
+		name, capture string
+		pkt           int
+		headers       string // the headers drawn bit by bit
+		fields        int    // their boxes
+	}{
+		{"lossy", lossy, 5, "BTH,AETH,ICRC", 13 + 2 + 1},
+		{"rping", filepath.Join(captures, "09_rping_rdmacm.pcap"), 1, "BTH,DETH,ICRC", 13 + 3 + 1},
+		{"atomic", filepath.Join(captures, "06_atomic_bw.pcap"), 1, "BTH,AtomicETH,ICRC", 13 + 4 + 1},
+		{"loss10", filepath.Join(captures, "11_read_bw_loss10_resp.pcap"), 0, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page := filepath.Join(t.TempDir(), "p.html")
+			if _, _, err := run(t, "dump", "-q", "--html", page, tc.capture); err != nil && tc.name != "lossy" {
+				t.Fatal(err)
+			}
+			fragment := ""
+			if tc.pkt > 0 {
+				fragment = fmt.Sprintf("#pkt=%d", tc.pkt)
+			}
+			got := browse(t, page, fragment)
+			t.Logf("page: %v", got)
+			want := expect(buildPage(t, tc.capture))
+			for k, v := range map[string]int{"arrows": want.arrows, "gaps": want.gaps, "waits": want.waits,
+				"diagrams": want.diagrams, "rows": want.rows, "packets": want.rows} {
+				if atoi(got[k]) != v {
+					t.Errorf("%s: %s, want %d", k, got[k], v)
+				}
+			}
+			selected := 0
+			if tc.pkt > 0 {
+				selected = 1
+			}
+			if atoi(got["selected"]) != selected || got["fieldnames"] != tc.headers || atoi(got["fields"]) != tc.fields {
+				t.Errorf("#pkt=%d: %s rows selected, headers %q with %s boxes; want %d, %q, %d",
+					tc.pkt, got["selected"], got["fieldnames"], got["fields"], selected, tc.headers, tc.fields)
+			}
+		})
+	}
+}
