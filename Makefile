@@ -20,10 +20,11 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install what the build and tests need (Go modules, tshark, iproute2, iperf3, sockperf, QEMU, debootstrap, tcpdump, staticcheck).
+deps: ## Install what the build and tests need (Go modules, tshark, iproute2, iperf3, sockperf, QEMU, debootstrap, tcpdump, Chromium, staticcheck).
 	@missing=""; \
 	for p in tshark:tshark ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf \
-		qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap tcpdump:tcpdump mkfs.ext4:e2fsprogs python3:python3; do \
+		qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap tcpdump:tcpdump mkfs.ext4:e2fsprogs python3:python3 \
+		chromium:chromium; do \
 		cmd=$${p%%:*}; pkg=$${p##*:}; \
 		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
