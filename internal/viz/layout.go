@@ -413,7 +413,7 @@ func newTput(c *Capture, pi int, pkts []int) *tputView {
 		NameA: epName(p.A) + " → " + epName(p.B), NameB: epName(p.B) + " → " + epName(p.A)}
 	v.XTicks = timeTicks(xs, t0, t0+bin*tputBins)
 	for _, y := range niceTicks(0, top, 4) {
-		v.YTicks = append(v.YTicks, tick{ys.at(y), strconv.FormatFloat(y, 'g', 4, 64)})
+		v.YTicks = append(v.YTicks, tick{ys.at(y), strconv.FormatFloat(y, 'f', -1, 64)})
 	}
 	return v
 }

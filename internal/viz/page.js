@@ -109,26 +109,31 @@
       d.appendChild(bitTable(fields, h[2], name === "ICRC" ? "icrc" : ""));
     });
     box.appendChild(d);
-    document.querySelectorAll(".sel").forEach(function (e) { e.classList.remove("sel"); });
-    if (tr) tr.classList.add("sel");
-    document.querySelectorAll('g.arrow[data-n="' + Number(n) + '"]').forEach(function (g) { g.classList.add("sel"); });
     return true;
   }
 
-  // choose shows packet n and scrolls the list and the diagrams (inside
+  // reveal marks packet n and scrolls the list and the diagrams (inside
   // their boxes, not the page) to it.
-  function choose(n) {
-    if (!show(n)) return;
-    if (history.replaceState) history.replaceState(null, "", "#pkt=" + n);
+  function reveal(n) {
+    document.querySelectorAll(".sel").forEach(function (e) { e.classList.remove("sel"); });
     var tr = rows[n];
     if (tr) {
+      tr.classList.add("sel");
       var lb = tr.closest(".listbox");
       lb.scrollTop = tr.offsetTop - lb.clientHeight / 3;
     }
     document.querySelectorAll('g.arrow[data-n="' + Number(n) + '"]').forEach(function (g) {
+      g.classList.add("sel");
       var box = g.closest(".seqbox"), y = Number(g.querySelector("line").getAttribute("y1"));
       if (y < box.scrollTop || y > box.scrollTop + box.clientHeight) box.scrollTop = y - box.clientHeight / 3;
     });
+  }
+
+  // choose draws packet n's headers and reveals it.
+  function choose(n) {
+    if (!show(n)) return;
+    if (history.replaceState) history.replaceState(null, "", "#pkt=" + n);
+    reveal(n);
   }
 
   function hide() {
@@ -150,8 +155,10 @@
     });
   });
 
-  var m = /^#pkt=(\d+)$/.exec(location.hash);
-  if (m) choose(m[1]);
+  // #pkt=N draws packet N's headers; #see=N only shows where it is.
+  var m = /^#(pkt|see)=(\d+)$/.exec(location.hash);
+  if (m && m[1] === "pkt") choose(m[2]);
+  if (m && m[1] === "see") reveal(m[2]);
 
   // What the page drew, for tests that load it in a headless browser.
   var st = document.getElementById("selftest");
