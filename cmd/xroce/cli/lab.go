@@ -227,7 +227,7 @@ func labHTML(e *env, o labOptions) error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	if !o.quiet {
-		fmt.Fprintf(e.stdout, "  html %s: the capture drawn (sequence diagrams, PSN graphs, headers bit by bit)\n", o.html)
+		fmt.Fprintf(e.stdout, "  %-34s the pcap drawn: sequence diagrams, PSN graphs, headers bit by bit\n", "html "+o.html)
 	}
 	return nil
 }

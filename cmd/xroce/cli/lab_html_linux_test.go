@@ -20,7 +20,7 @@ func TestLabHTML(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lab: %v\n%s\n%s", err, out, errOut)
 	}
-	if !strings.Contains(out, "  html "+page+": ") {
+	if !strings.Contains(out, "  html "+page+" ") {
 		t.Errorf("lab does not say where the page is:\n%s", out)
 	}
 	if _, err := os.Stat(page); err != nil {
