@@ -54,6 +54,7 @@ xroce's own commands write.`
 const dumpExamples = `  xroce dump bth/testdata/01_rc_pingpong.pcap
   xroce dump -v -c 3 capture.pcapng
   xroce dump -q capture.pcap                  # the summary only
+  xroce dump -q --html page.html capture.pcap # and the capture drawn: diagrams, PSN graphs, headers
   xroce dump -i eth0 -w roce.pcap             # live, until Ctrl-C; also saved for Wireshark`
 
 func init() {
