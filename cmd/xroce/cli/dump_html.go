@@ -185,6 +185,7 @@ type endpoint struct {
 // of the other direction whose responses answer this one's requests (RC),
 // or unknown (UC, or RC without answers in the capture).
 func (h *htmlPage) finish() *viz.Capture {
+	h.c.Pairs = h.c.Pairs[:0]
 	partner := map[halfKey]halfKey{}
 	best := map[halfKey]int{}
 	for k, n := range h.votes {

@@ -352,3 +352,44 @@ func TestDumpHTMLBrowser(t *testing.T) {
 		})
 	}
 }
+
+// TestDumpHTMLDamaged draws every one-byte corruption and truncation of the
+// crafted capture's frames: no panic, and a page comes out.
+func TestDumpHTMLDamaged(t *testing.T) {
+	path, _ := lossyCapture(t)
+	var frames [][]byte
+	src, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ps, err := openCapture(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, _, err := ps.Next()
+		if err != nil {
+			break
+		}
+		for i := range f {
+			g := bytes.Clone(f)
+			g[i] ^= 0x5a
+			frames = append(frames, g, bytes.Clone(f[:i]))
+		}
+	}
+	d := newDumper(io.Discard, dumpOptions{quiet: true})
+	d.html = newHTMLPage("damaged", "test", nil)
+	if err := d.file(writeCapture(t, false, layers.LinkTypeEthernet, frames)); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(t.TempDir(), "p.html")
+	if err := d.html.write(page); err != nil {
+		t.Fatal(err)
+	}
+	c := d.html.finish()
+	t.Logf("%d frames: %d packets, %d pairs", c.Frames, len(c.Packets), len(c.Pairs))
+	if c.Frames != len(frames) {
+		t.Errorf("%d frames drawn of %d", c.Frames, len(frames))
+	}
+}
