@@ -1088,6 +1088,7 @@ rs_rows() {
 		result "$p.preload" SKIP "$(now)" "no librspreload.so in the guest"
 		return
 	fi
+	rs_http_row "$p.preload.nc_http.xroce_server"
 	a=(-S 65536 -C 20 -T v)
 	cm_row "$p.preload.rstream_tcp.xroce_client" xroce_client 1 7471 cm_chk_rstream env LD_PRELOAD="$RS_PRELOAD" \
 		rstream -T s -b $R "${a[@]}" -- rstream -s $R "${a[@]}"
@@ -1153,6 +1154,53 @@ _rs_rcopy_row() {
 	# The row's window, for the host's check of its CM MADs (one connection).
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 1 "" "" >>/out/cm-windows.tsv
 	rm -f "$src" "$dst"
+}
+
+# rs_http_row NAME: Go's net/http on the host (interop/cmd/rshttp, a
+# package stream listener over RDMA CM) answers two HTTP/1.0 GETs that
+# busybox nc sends in the guest under LD_PRELOAD=librspreload.so (the
+# request on its stdin; at its end nc shuts its writing side down, an
+# rsocket SHUTDOWN, and reads the answer to the peer's DISCONNECT):
+# /hello, and /lines of 4000 numbered lines, each checked. nc because it
+# opens a plain socket and polls it: Perl's and Go's sockets carry
+# SOCK_CLOEXEC, which rsocket() refuses (the preload then falls back to
+# the kernel's TCP); bash's /dev/tcp redirections check the descriptor with
+# F_GETFD, and busybox wget's fdopen its access mode with F_GETFL, neither
+# of which rdma-core 44's preload answers for an rsocket.
+rs_http_row() { rowrun _rs_http_row "$@"; }
+_rs_http_row() {
+	local name=$1 to=${XROCE_TIMEOUT:-120} t0 w0 why="" hrc st n l1=/out/logs/$1.hello.txt l2=/out/logs/$1.lines.txt
+	t0=$(now)
+	w0=$EPOCHREALTIME
+	if ! cm_host_start "$name.host-server" "$to" rshttp -d tap0 -listen "$CM_XROCE:8080" -requests 2 -timeout "${to}s"; then
+		why="the host did not start rshttp"
+	else
+		nap 0.5
+		for _ in $(seq 20); do
+			printf 'GET /hello HTTP/1.0\r\n\r\n' | timeout -s KILL 60 env LD_PRELOAD="$RS_PRELOAD" busybox nc $CM_XROCE 8080 >"$l1" 2>&1
+			grep -q 'Connection refused' "$l1" || break
+			nap 0.3
+		done
+		printf 'GET /lines?n=4000 HTTP/1.0\r\n\r\n' | timeout -s KILL 60 env LD_PRELOAD="$RS_PRELOAD" busybox nc $CM_XROCE 8080 >"$l2" 2>&1
+		hrc=$(host_wait "$name.host-server" 30)
+		# The body follows the header's empty line; its lines are numbered.
+		n=$(awk 'b && $0 == sprintf("xroce line %06d", ++i) { n++ } /^\r?$/ { b = 1 } END { print n + 0 }' "$l2")
+		if ! grep -q '^HTTP/1.0 200 OK' "$l1" || ! grep -q 'hello from net/http over rsocket' "$l1"; then
+			why="/hello: $(head -c 200 "$l1" | tr '\r\n' '  ')"
+		elif ! grep -q '^HTTP/1.0 200 OK' "$l2" || [ "$n" != 4000 ] || [ "$(grep -c '^xroce line' "$l2")" != 4000 ]; then
+			why="/lines: $n of 4000 lines right; $(head -1 "$l2")"
+		elif [ "$hrc" != 0 ]; then
+			why="rshttp exit $hrc: $(tail -1 "/out/logs/$name.host-server.txt")"
+		fi
+	fi
+	if [ -z "$why" ]; then
+		st=PASS
+		result "$name" PASS "$t0" "busybox nc under librspreload.so: GET /hello and GET /lines (4000 lines, 72 KB) answered by net/http over an xroce rsocket listener"
+	else
+		st=FAIL
+		result "$name" FAIL "$t0" "$why"
+	fi
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 2 "" "" >>/out/cm-windows.tsv
 }
 
 # cm_rows PREFIX LOSSY: the rows of the cm mode, named PREFIX.*.

@@ -11,7 +11,7 @@
 # so editing the guest init script costs a mkfs (seconds), not a debootstrap.
 
 GUEST_SUITE=bookworm
-GUEST_PACKAGES=linux-image-amd64,initramfs-tools,rdma-core,ibverbs-utils,ibverbs-providers,perftest,rdmacm-utils,iproute2,tcpdump,iputils-ping,ethtool,kmod,procps,netbase
+GUEST_PACKAGES=linux-image-amd64,initramfs-tools,rdma-core,ibverbs-utils,ibverbs-providers,perftest,rdmacm-utils,iproute2,tcpdump,iputils-ping,ethtool,kmod,procps,netbase,busybox
 GUEST_IMAGE_SIZE=1G
 
 # mirror prints the host's Debian mirror from its apt configuration.
