@@ -337,3 +337,16 @@ func TestRsocketHTTP(t *testing.T) {
 		t.Errorf("%d dials for three requests: keep-alive did not reuse the stream", dials)
 	}
 }
+
+// TestRsocketKeepalive: keepalives (zero-length RDMA WRITEs with no valid
+// address or R_Key, IBTA C9-88) are acknowledged by a live peer: the idle
+// connection stays up and carries data afterwards.
+func TestRsocketKeepalive(t *testing.T) {
+	a, b := rsPair(t, link.Faults{}, 0, Config{Keepalive: 10 * time.Millisecond}, Config{})
+	time.Sleep(150 * time.Millisecond)
+	if s := a.Stats(); s.Keepalives < 3 {
+		t.Fatalf("%d keepalives in 150 ms at 10 ms", s.Keepalives)
+	}
+	transfer(t, a, b, 64<<10, 4<<10, 4<<10, 2)
+	transfer(t, b, a, 64<<10, 4<<10, 4<<10, 3)
+}
