@@ -12,22 +12,30 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/link"
+	"github.com/xroce/xroce/roce"
 )
+
+// pipeAgents returns two devices joined by a pipe with faults and a CM
+// agent on each, closed when the test ends.
+func pipeAgents(t *testing.T, f link.Faults, seed uint64) (da, db *roce.Device, aa, ab *cm.Agent) {
+	t.Helper()
+	da, db = pipeDevices(t, f, seed)
+	var err error
+	if aa, err = cm.Open(da, cm.AgentConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { aa.Close() })
+	if ab, err = cm.Open(db, cm.AgentConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ab.Close() })
+	return da, db, aa, ab
+}
 
 // cmPair connects two Conns over RDMA CM (no side channel).
 func cmPair(t *testing.T, f link.Faults, seed uint64, cfg Config) (*Conn, *Conn, *Listener) {
 	t.Helper()
-	da, db := pipeDevices(t, f, seed)
-	aa, err := cm.Open(da, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { aa.Close() })
-	ab, err := cm.Open(db, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ab.Close() })
+	_, _, aa, ab := pipeAgents(t, f, seed)
 	l, err := cfg.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
 	if err != nil {
 		t.Fatal(err)

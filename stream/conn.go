@@ -849,18 +849,12 @@ func (c *Conn) finLocked(dl time.Time) error {
 // background, after the peer's FIN or a second, if it has not come).
 // Blocked Reads and Writes return errors wrapping net.ErrClosed.
 func (c *Conn) Close() error {
+	if !c.markClosed() {
+		return c.opError("close", net.ErrClosed)
+	}
 	if c.rs != nil {
 		return c.rsClose()
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return c.opError("close", net.ErrClosed)
-	}
-	c.closed = true
-	c.broadcastLocked()
-	c.mu.Unlock()
-
 	c.wmu.Lock()
 	c.mu.Lock()
 	dl := time.Now().Add(c.cfg.Linger)
@@ -887,6 +881,19 @@ func (c *Conn) Close() error {
 		c.release()
 	}()
 	return err
+}
+
+// markClosed marks the connection closed, waking every blocked call;
+// false if it already was.
+func (c *Conn) markClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.closed = true
+	c.broadcastLocked()
+	return true
 }
 
 // finWait2 is how long a closed connection waits for the peer's FIN.

@@ -370,19 +370,10 @@ func (c *Conn) rsShutdownLocked(both bool, dl time.Time) error {
 	return nil
 }
 
-// rsClose shuts the rsocket down (DISCONNECT), waits at most
-// Config.Linger for its sends, and frees it; the CM connection ends with
-// a DREQ.
+// rsClose, for Close once it marked the connection closed, shuts the
+// rsocket down (DISCONNECT), waits at most Config.Linger for its sends,
+// and frees it; the CM connection ends with a DREQ.
 func (c *Conn) rsClose() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return c.opError("close", net.ErrClosed)
-	}
-	c.closed = true
-	c.broadcastLocked()
-	c.mu.Unlock()
-
 	c.wmu.Lock()
 	c.mu.Lock()
 	err := c.rsShutdownLocked(true, time.Now().Add(c.cfg.Linger))

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/link"
 )
 
@@ -24,17 +23,7 @@ import (
 func rsPair(t *testing.T, f link.Faults, seed uint64, ca, cb Config) (*Conn, *Conn) {
 	t.Helper()
 	ca.Protocol = ProtocolRsocket
-	da, db := pipeDevices(t, f, seed)
-	aa, err := cm.Open(da, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { aa.Close() })
-	ab, err := cm.Open(db, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ab.Close() })
+	_, _, aa, ab := pipeAgents(t, f, seed)
 	l, err := cb.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
 	if err != nil {
 		t.Fatal(err)
@@ -203,16 +192,7 @@ func TestRsocketDeadlines(t *testing.T) {
 // vanished (its device closed) fails with ErrReset instead of waiting for
 // ever.
 func TestRsocketPeerVanishes(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	aa, err := cm.Open(da, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aa.Close()
-	ab, err := cm.Open(db, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, db, aa, ab := pipeAgents(t, link.Faults{}, 0)
 	l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
 	if err != nil {
 		t.Fatal(err)
@@ -243,17 +223,7 @@ func TestRsocketPeerVanishes(t *testing.T) {
 // TestListenerTakesBoth: one ListenCM listener accepts xroce's protocol
 // and rsocket's, each by its connect data.
 func TestListenerTakesBoth(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	aa, err := cm.Open(da, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aa.Close()
-	ab, err := cm.Open(db, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ab.Close()
+	_, _, aa, ab := pipeAgents(t, link.Faults{}, 0)
 	l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
 	if err != nil {
 		t.Fatal(err)
@@ -285,17 +255,7 @@ func TestListenerTakesBoth(t *testing.T) {
 // responses (a 1 MiB body among them) cross intact, keep-alive reuses the
 // stream.
 func TestRsocketHTTP(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	aa, err := cm.Open(da, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aa.Close()
-	ab, err := cm.Open(db, cm.AgentConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ab.Close()
+	_, _, aa, ab := pipeAgents(t, link.Faults{}, 0)
 	l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 80))
 	if err != nil {
 		t.Fatal(err)

@@ -171,6 +171,16 @@ func (r *rcopy) config() stream.Config {
 	return stream.Config{Protocol: stream.ProtocolRsocket, RingSize: 1 << 20}
 }
 
+// openRcopyDevice opens the device of -d, else of the route to peer (a
+// client) or of the only interface with an address (a server).
+func openRcopyDevice(ifname string, peer netip.Addr) (*cmDevice, error) {
+	name, ierr := cmInterface(ifname, netip.Addr{}, peer)
+	if ierr != nil {
+		return nil, ierr
+	}
+	return openCM(name)
+}
+
 // serve is rcopy's server_run.
 func (r *rcopy) serve(ctx context.Context, stderr io.Writer) int {
 	port, gerr := lookupPort(r.o.port)
@@ -178,12 +188,7 @@ func (r *rcopy) serve(ctx context.Context, stderr io.Writer) int {
 		r.printf("getaddrinfo failed: %s\n", gerr.msg)
 		return 1
 	}
-	ifname, ierr := cmInterface(r.o.ifname, netip.Addr{}, netip.Addr{})
-	if ierr != nil {
-		fmt.Fprintf(stderr, "rcopy: %v\n", ierr)
-		return 1
-	}
-	d, err := openCM(ifname)
+	d, err := openRcopyDevice(r.o.ifname, netip.Addr{})
 	if err != nil {
 		fmt.Fprintf(stderr, "rcopy: %v\n", err)
 		return 1
@@ -328,12 +333,7 @@ func (r *rcopy) send(ctx context.Context, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rcopy: %v\n", err)
 		return 1
 	}
-	ifname, ierr := cmInterface(r.o.ifname, netip.Addr{}, peer)
-	if ierr != nil {
-		fmt.Fprintf(stderr, "rcopy: %v\n", ierr)
-		return 1
-	}
-	d, err := openCM(ifname)
+	d, err := openRcopyDevice(r.o.ifname, peer)
 	if err != nil {
 		fmt.Fprintf(stderr, "rcopy: %v\n", err)
 		return 1
