@@ -176,7 +176,13 @@ func (c *Conn) rsWatch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-gone:
+			// The peer's DREQ comes after the ACKs of all it sent, so
+			// its last messages' completions are in the CQ: handle
+			// them first, or a Read could see the end before them.
 			gone = nil
+			var wcs [16]roce.WC
+			for c.pollCQ(wcs[:], false) > 0 {
+			}
 			c.mu.Lock()
 			c.rs.disconnect()
 			c.broadcastLocked()
