@@ -299,7 +299,7 @@ func TestRsocketHTTP(t *testing.T) {
 }
 
 // TestRsocketKeepalive: keepalives (zero-length RDMA WRITEs with no valid
-// address or R_Key, IBTA C9-88) are acknowledged by a live peer: the idle
+// address or R_Key) are acknowledged by a live peer: the idle
 // connection stays up and carries data afterwards.
 func TestRsocketKeepalive(t *testing.T) {
 	a, b := rsPair(t, link.Faults{}, 0, Config{Keepalive: 10 * time.Millisecond}, Config{})

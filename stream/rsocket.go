@@ -30,9 +30,9 @@ import (
 //     both without payload. KEEPALIVE (1) travels as a plain zero-length
 //     RDMA WRITE, which consumes nothing at the receiver.
 //
-// Zero-length messages carry no valid address or R_Key; the responder
-// checks no R_Key for them (IBTA Vol. 1 §9.7.5.1.3, C9-88: a DMA length of
-// zero accesses no memory).
+// Zero-length messages carry no valid address or R_Key: a DMA length of
+// zero touches no memory, so the responder checks no R_Key for them (as
+// rxe's check_rkey does, and package qp's responder).
 //
 // Flow control is by counters, as in rsocket.c. A sender posts DATA while
 // it has fewer than the peer's limit in flight (sseqNo != sseqComp), a free
