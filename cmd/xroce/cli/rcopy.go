@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
 )
 
@@ -167,8 +168,10 @@ func errnoOf(err error) uint32 {
 	return uint32(syscall.EIO)
 }
 
+// config is the stream's: rsocket's protocol and its retry count 7 (for
+// ever, as between two rcopy), so a stalled peer is waited for.
 func (r *rcopy) config() stream.Config {
-	return stream.Config{Protocol: stream.ProtocolRsocket, RingSize: 1 << 20}
+	return stream.Config{Protocol: stream.ProtocolRsocket, RingSize: 1 << 20, Connect: roce.ConnectOptions{RetryCnt: 7}}
 }
 
 // openRcopyDevice opens the device of -d, else of the route to peer (a

@@ -56,7 +56,8 @@ func run(args []string) error {
 		return err
 	}
 	defer agent.Close()
-	ln, err := stream.Config{}.ListenCM(agent, addr)
+	// rsocket's retry count 7 (for ever): the emulated guest may stall.
+	ln, err := stream.Config{Connect: roce.ConnectOptions{RetryCnt: 7}}.ListenCM(agent, addr)
 	if err != nil {
 		return err
 	}
