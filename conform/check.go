@@ -1,6 +1,7 @@
 package conform
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -29,6 +30,17 @@ func (v Verdict) String() string {
 
 // MarshalText makes a Verdict its name in JSON.
 func (v Verdict) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+// UnmarshalText reads a Verdict's name.
+func (v *Verdict) UnmarshalText(b []byte) error {
+	for i, n := range verdictNames {
+		if n != "" && n == string(b) {
+			*v = Verdict(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("conform: unknown verdict %q", b)
+}
 
 // Ops is a set of remote operations a QP and its region allow.
 type Ops uint8
@@ -70,6 +82,9 @@ type Target struct {
 	RKey   uint32
 	Len    uint32
 	Allows Ops
+	// Denies are operations known to be refused on the region (0:
+	// unknown, and resp.access-denied cannot run).
+	Denies Ops
 
 	// Receives: whether some are posted, and their length (0: unknown).
 	RecvPosted bool
@@ -82,8 +97,8 @@ type Target struct {
 	MaxDestRdAtomic int
 }
 
-// has reports whether t meets n.
-func (t *Target) has(n Need) bool {
+// Has reports whether t meets n.
+func (t *Target) Has(n Need) bool {
 	for bit := Need(1); bit != 0 && bit <= n; bit <<= 1 {
 		if n&bit == 0 {
 			continue
@@ -103,7 +118,7 @@ func (t *Target) has(n Need) bool {
 		case NeedProbe:
 			m = t.Allows&OpWrite != 0 && t.Len >= 64 || t.RecvPosted && t.RecvLen >= 64
 		case NeedDenied:
-			m = t.Len > 0 && t.Allows&(OpWrite|OpRead|OpAtomic) != OpWrite|OpRead|OpAtomic
+			m = t.Len >= 64 && t.Denies != 0
 		case NeedRdAtomic:
 			m = t.MaxDestRdAtomic > 0
 		case NeedRNRTimer:
@@ -187,8 +202,8 @@ const (
 	// region when the QP allows WRITE, else a SEND ONLY into a posted
 	// receive.
 	OpProbe bth.Opcode = 0xf0
-	// OpDenied is an operation the QP or region does not allow: a READ,
-	// else a WRITE, else a FETCH_ADD.
+	// OpDenied is an operation the target denies (Target.Denies): a
+	// READ, else a WRITE, else a FETCH_ADD.
 	OpDenied bth.Opcode = 0xf1
 	// OpReadBurst is one READ more than the target's responder
 	// resources, at consecutive PSNs from the packet's, sent at once.

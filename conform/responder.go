@@ -7,26 +7,26 @@ import (
 	"github.com/xroce/xroce/bth"
 )
 
-// Where the rules are: IBTA Volume 1 release 1.4. Section titles are
-// given with the numbers this repository already relies on elsewhere
-// (§9.7 reliable service, §9.9 error handling); no compliance statement
-// numbers are quoted that could not be checked.
+// The rules, as IBTA Volume 1 release 1.4 places them: section numbers
+// only where this repository already relies on them (§9.7 reliable
+// service, §9.9 error handling), section titles otherwise; no compliance
+// statement numbers that could not be checked.
 const (
-	ruleSeq      = "IBTA Vol. 1 r1.4 §9.7 reliable service: responder PSN checks, PSN sequence error NAK"
-	ruleDup      = "IBTA Vol. 1 r1.4 §9.7 reliable service: responder, duplicate requests"
-	ruleAck      = "IBTA Vol. 1 r1.4 §9.7 reliable service: responder ACK generation (AckReq, coalescing)"
-	ruleMSN      = "IBTA Vol. 1 r1.4 §9.7 reliable service: message sequence number in the AETH"
-	ruleAccess   = "IBTA Vol. 1 r1.4 §9.7 reliable service: R_Key and access checks; §9.9 responder errors, the QP enters the error state"
-	ruleAtomic   = "IBTA Vol. 1 r1.4 §9.7 reliable service: atomic operations on naturally aligned 8-byte words; §9.9 responder errors"
-	ruleLength   = "IBTA Vol. 1 r1.4 §9.7 reliable service: packet payload length (FIRST and MIDDLE exactly the path MTU, LAST at most); §9.9"
-	ruleOpSeq    = "IBTA Vol. 1 r1.4 §9.7 reliable service: opcode sequence checks; §9.9 responder errors"
-	ruleRes      = "IBTA Vol. 1 r1.4 §9.7 reliable service: responder resources for READ and atomic (max_dest_rd_atomic)"
-	ruleRNR      = "IBTA Vol. 1 r1.4 §9.7 reliable service: receiver not ready, RNR NAK with the QP's minimum RNR timer"
-	ruleRecvLen  = "IBTA Vol. 1 r1.4 §9.7 reliable service: a SEND longer than the receive buffer is an invalid request; §9.9"
-	ruleZero     = "IBTA Vol. 1 r1.4 §9.7 reliable service: zero-length operations (no memory touched, so no R_Key or VA validated)"
-	ruleICRC     = "IBTA Vol. 1 r1.4 annex A17 (RoCE v2): the invariant CRC; a packet that fails it is silently dropped"
-	ruleHeader   = "IBTA Vol. 1 r1.4 ch. 9 transport header validation: a packet failing it is silently dropped"
-	ruleUnknownQ = "IBTA Vol. 1 r1.4 ch. 9 transport header validation: a packet to a QP that does not exist is silently dropped"
+	ruleSeq      = "IBTA v1.4 §9.7 responder PSN check: PSN sequence error NAK"
+	ruleDup      = "IBTA v1.4 §9.7 responder: duplicate requests"
+	ruleAck      = "IBTA v1.4 §9.7 responder: ACK generation and coalescing"
+	ruleMSN      = "IBTA v1.4 §9.7 AETH message sequence number"
+	ruleAccess   = "IBTA v1.4 §9.7 R_Key and access checks; §9.9 QP to error"
+	ruleAtomic   = "IBTA v1.4 §9.7 atomics on aligned 8-byte words; §9.9"
+	ruleLength   = "IBTA v1.4 §9.7 payload length vs path MTU; §9.9"
+	ruleOpSeq    = "IBTA v1.4 §9.7 opcode sequence check; §9.9"
+	ruleRes      = "IBTA v1.4 §9.7 responder resources (max_dest_rd_atomic)"
+	ruleRNR      = "IBTA v1.4 §9.7 receiver not ready: RNR NAK and its timer"
+	ruleRecvLen  = "IBTA v1.4 §9.7 SEND longer than the receive; §9.9"
+	ruleZero     = "IBTA v1.4 §9.7 zero-length RDMA: no R_Key or VA check"
+	ruleICRC     = "IBTA v1.4 annex A17 RoCE v2: invariant CRC, bad ones dropped"
+	ruleHeader   = "IBTA v1.4 ch. 9 transport header validation: silent drop"
+	ruleUnknownQ = "IBTA v1.4 ch. 9 transport header validation: unknown QP"
 )
 
 // probe is the harmless acknowledged request at PSN offset off.

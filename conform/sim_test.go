@@ -150,6 +150,7 @@ func newSim(t testing.TB, su setup) *sim {
 		}
 	}
 	s.target = Target{QPN: targetQPN, PSN: 1000, MTU: 1024, VA: regionVA, RKey: regionKey, Len: 16384, Allows: allows,
+		Denies:     (OpWrite | OpRead | OpAtomic) &^ allows,
 		RecvPosted: su.recvs > 0, RecvLen: recvLen, MinRNRTimer: 12, MaxDestRdAtomic: 4}
 	return s
 }

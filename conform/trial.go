@@ -119,7 +119,7 @@ func NewTrial(c *Check, t *Target, fr Framer, self uint32) *Trial {
 	if t.MTU == 0 {
 		t.MTU = 1024
 	}
-	if !t.has(c.Needs) {
+	if !t.Has(c.Needs) {
 		tr.finish(Skip, "the QP under test cannot host it: "+needText(c.Needs&^t.needsMet()), "")
 	}
 	return tr
@@ -129,7 +129,7 @@ func NewTrial(c *Check, t *Target, fr Framer, self uint32) *Trial {
 func (t *Target) needsMet() Need {
 	var n Need
 	for bit := Need(1); bit != 0 && bit <= NeedLarge; bit <<= 1 {
-		if t.has(bit) {
+		if t.Has(bit) {
 			n |= bit
 		}
 	}
@@ -143,7 +143,7 @@ var needNames = []struct {
 	{NeedWrite, "no region open to remote WRITE"}, {NeedRead, "no region open to remote READ"},
 	{NeedAtomic, "no region open to atomics"}, {NeedRecv, "no receives of known length"},
 	{NeedNoRecv, "receives are posted"}, {NeedProbe, "neither WRITE nor a posted receive"},
-	{NeedDenied, "every remote operation allowed"}, {NeedRdAtomic, "responder resources unknown"},
+	{NeedDenied, "no operation known to be denied"}, {NeedRdAtomic, "responder resources unknown"},
 	{NeedRNRTimer, "RNR timer unknown"}, {NeedLarge, "no region or receive of 4 MTUs"},
 }
 
@@ -187,7 +187,7 @@ func (tr *Trial) Poll(now time.Duration) (send [][]byte, next time.Duration) {
 			break
 		}
 		s := &tr.c.Steps[tr.step]
-		if !tr.t.has(s.Needs) {
+		if !tr.t.Has(s.Needs) {
 			tr.step++
 			continue
 		}
@@ -278,9 +278,9 @@ func (tr *Trial) build(p *Packet) [][]byte {
 		}
 	case OpDenied:
 		switch {
-		case t.Allows&OpRead == 0:
+		case t.Denies&OpRead != 0:
 			op, n = bth.RCReadRequest, 0
-		case t.Allows&OpWrite == 0:
+		case t.Denies&OpWrite != 0:
 			op = bth.RCWriteOnly
 		default:
 			op, n = bth.RCFetchAdd, 0

@@ -46,6 +46,12 @@ func TestPuppetConform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A region open to remote WRITE only, for resp.access-denied.
+	wbuf := make([]byte, 16384)
+	wmr, err := pd.RegMR(wbuf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range conform.Checks() {
 		t.Run(c.Name, func(t *testing.T) {
 			q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
@@ -64,6 +70,9 @@ func TestPuppetConform(t *testing.T) {
 			peer.VictimQPN = q.QPN()
 			tgt := conform.Target{QPN: q.QPN(), PSN: 1000, MTU: 1024, VA: mr.Addr(), RKey: mr.RKey(), Len: uint32(len(buf)),
 				Allows: conform.OpWrite | conform.OpRead | conform.OpAtomic, MinRNRTimer: 12, MaxDestRdAtomic: 4}
+			if c.Name == "resp.access-denied" {
+				tgt.VA, tgt.RKey, tgt.Allows, tgt.Denies = wmr.Addr(), wmr.RKey(), conform.OpWrite, conform.OpRead|conform.OpAtomic
+			}
 			r := conform.Run(puppet, c, &tgt, peer, peer.QPN)
 			t.Logf("%v %s (%d frames)", r.Verdict, r.Observed, len(r.Frames))
 			if r.Verdict == conform.Fail {
