@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/conform"
+	"github.com/xroce/xroce/internal/netns"
+)
+
+// TestConformXroce runs xroce conform against xroce itself between two
+// namespaces: xroce perf write_bw (or read_bw) as the device under test,
+// with enough QPs for every check. Each check passes, cannot run on that
+// tool (SKIP), or fails in the way the README lists (KNOWN).
+func TestConformXroce(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, tc := range []struct {
+		test  string
+		flags []string
+	}{
+		{"write_bw", nil},
+		{"read_bw", []string{"-grants", "r,w", "-run", "read|zero|rd-atomic"}},
+		{"atomic_bw", []string{"-run", "atomic"}},
+		{"write_bw", []string{"-run", "psn-gap", "-v"}},
+	} {
+		t.Run(tc.test, func(t *testing.T) {
+			port := 18700 + i
+			dir := t.TempDir()
+			srv := []string{"perf", "-d", p.B.Ifname, tc.test, "-p", fmt.Sprint(port), "-q", "24", "-n", "1000000", "-timeout", "20s", "-stat-dir", ""}
+			verbose := slices.Contains(tc.flags, "-v")
+			cli := append([]string{"conform", "-d", p.A.Ifname, "--via", "ib_" + tc.test, "-q", "24", "-p", fmt.Sprint(port),
+				"-junit", filepath.Join(dir, "junit.xml"), "-pcap", filepath.Join(dir, "conform.pcap")}, tc.flags...)
+			if !verbose {
+				cli = append(cli, "-json")
+			}
+			rs, rc := clientServer(t, p, port, srv, cli)
+			if rc.err != nil {
+				t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.err, rc.stdout, rc.stderr)
+			}
+			if rs.err != nil {
+				t.Errorf("server: %v\nstdout:\n%s\nstderr:\n%s", rs.err, rs.stdout, rs.stderr)
+			}
+			if verbose {
+				// The table and the check's packets, drawn as the lab does.
+				for _, want := range []string{"device under test 198.18.0.2", "RC ACKNOWLEDGE PSN", "NAK PSN sequence error", "-->|", "|<--",
+					"1 checks: 1 PASS, 0 FAIL, 0 KNOWN, 0 SKIP"} {
+					if !strings.Contains(rc.stdout, want) {
+						t.Errorf("-v output lacks %q:\n%s", want, rc.stdout)
+					}
+				}
+				t.Logf("-v:\n%s", rc.stdout)
+				return
+			}
+			var rep conformReport
+			if err := json.Unmarshal([]byte(rc.stdout), &rep); err != nil {
+				t.Fatalf("-json output: %v\n%s", err, rc.stdout)
+			}
+			t.Logf("progress:\n%s", rc.stderr)
+			for _, r := range rep.Results {
+				t.Logf("%-26s %-5v %s %s", r.Name, r.Verdict, r.Observed, r.Note)
+				if r.Verdict == conform.Fail {
+					t.Errorf("%s: FAIL against xroce: %s", r.Name, r.Observed)
+				}
+			}
+			if len(rep.Results) == 0 {
+				t.Fatal("no results")
+			}
+			var suite junitSuite
+			b, err := os.ReadFile(filepath.Join(dir, "junit.xml"))
+			if err == nil {
+				err = xml.Unmarshal(b, &suite)
+			}
+			if err != nil || suite.Tests != len(rep.Results) || suite.Failures != 0 {
+				t.Errorf("junit: %v, %d tests, %d failures", err, suite.Tests, suite.Failures)
+			}
+			checkConformPcap(t, filepath.Join(dir, "conform.pcap"))
+		})
+	}
+}
+
+// checkConformPcap checks that the pcap holds RoCE frames both ways.
+func checkConformPcap(t *testing.T, path string) {
+	t.Helper()
+	frames, err := readPcapFrames(path)
+	if err != nil {
+		t.Fatalf("pcap: %v", err)
+	}
+	var n int
+	var f bth.Frame
+	for _, b := range frames {
+		if f.Decode(b) == nil {
+			n++
+		}
+	}
+	if n < 4 {
+		t.Errorf("pcap: %d RoCE frames of %d", n, len(frames))
+	}
+}
+
+// readPcapFrames returns the frames of a pcap file.
+func readPcapFrames(path string) ([][]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	var frames [][]byte
+	for range 1 << 20 {
+		b, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		frames = append(frames, b)
+	}
+	return frames, nil
+}
+
+// TestConformExit: any FAIL makes the exit status 1; KNOWN and SKIP do not.
+func TestConformExit(t *testing.T) {
+	for _, tc := range []struct {
+		v    []conform.Verdict
+		want int
+	}{
+		{[]conform.Verdict{conform.Pass, conform.Known, conform.Skip}, 0},
+		{[]conform.Verdict{conform.Pass, conform.Fail}, 1},
+	} {
+		var rs []conform.Result
+		for _, v := range tc.v {
+			rs = append(rs, conform.Result{Verdict: v})
+		}
+		if got := ExitCode(conformExit(rs)); got != tc.want {
+			t.Errorf("%v: exit %d, want %d", tc.v, got, tc.want)
+		}
+	}
+}
+
+// TestConformUsage: command-line mistakes exit 2; -list lists the checks.
+func TestConformUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"conform"},
+		{"conform", "-d", "x", "198.18.0.2"},
+		{"conform", "-d", "x", "--via", "ib_nope_bw", "198.18.0.2"},
+		{"conform", "-d", "x", "--via", "ib_write_bw", "-run", "(", "198.18.0.2"},
+		{"conform", "-d", "x", "--via", "ib_write_bw", "-denies", "q", "198.18.0.2"},
+	} {
+		var out, errb strings.Builder
+		err := Run(context.Background(), args, &out, &errb)
+		if ExitCode(err) != 2 {
+			t.Errorf("%q: exit %d (%v), want 2", args, ExitCode(err), err)
+		}
+	}
+	var out strings.Builder
+	if err := Run(context.Background(), []string{"conform", "-list"}, &out, &out); err != nil || !strings.Contains(out.String(), "resp.psn-gap\n") {
+		t.Errorf("-list: %v\n%s", err, out.String())
+	}
+}

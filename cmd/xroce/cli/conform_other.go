@@ -1,0 +1,14 @@
+//go:build !linux
+
+package cli
+
+import (
+	"context"
+	"errors"
+)
+
+func init() {
+	register("conform", "probe a peer's RoCE v2 responder against the specification (Linux only)", func(context.Context, *env, []string) error {
+		return errors.New("conform: the puppet needs Linux (AF_PACKET)")
+	})
+}
