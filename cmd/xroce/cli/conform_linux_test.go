@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
 
@@ -104,6 +105,54 @@ func checkConformPcap(t *testing.T, path string) {
 	}
 	if n < 4 {
 		t.Errorf("pcap: %d RoCE frames of %d", n, len(frames))
+	}
+}
+
+// TestConformSendTools runs xroce conform against the tools whose server
+// posts receives (xroce perf send_bw, xroce pingpong): their exchanges,
+// and the checks about receives. Those servers end with an error once
+// their QP is in the error state, as perftest's and rdma-core's do.
+func TestConformSendTools(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, tc := range []struct {
+		via, run string
+		srv      []string
+	}{
+		{"ib_send_bw", "dup-reack|msn|send-too-long", []string{"perf", "send_bw", "-q", "4", "-s", "4096", "-n", "1000000", "-timeout", "20s", "-stat-dir", ""}},
+		// One QP per run of the server: one check here.
+		{"ibv_rc_pingpong", "msn", []string{"pingpong", "-g", "1", "-n", "1000000"}},
+	} {
+		t.Run(tc.via, func(t *testing.T) {
+			port := 18720 + i
+			srv := append(append([]string{}, tc.srv...), "-d", p.B.Ifname, "-p", fmt.Sprint(port))
+			cli := []string{"conform", "-d", p.A.Ifname, "--via", tc.via, "-q", "4", "-s", "4096", "-p", fmt.Sprint(port),
+				"-run", tc.run, "-json"}
+			// The servers do not end by themselves here (their QPs were
+			// not driven as their clients would): stop them.
+			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+			defer cancel()
+			sc := runIn(ctx, p.B, srv...)
+			waitListen(t, p.B, port, sc)
+			rc := <-runIn(ctx, p.A, append(cli, p.B.IP.String())...)
+			cancel()
+			<-sc
+			if rc.err != nil {
+				t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.err, rc.stdout, rc.stderr)
+			}
+			var rep conformReport
+			if err := json.Unmarshal([]byte(rc.stdout), &rep); err != nil {
+				t.Fatalf("-json output: %v\n%s", err, rc.stdout)
+			}
+			for _, r := range rep.Results {
+				t.Logf("%-26s %-5v %s %s", r.Name, r.Verdict, r.Observed, r.Note)
+				if r.Verdict != conform.Pass {
+					t.Errorf("%s: %v against xroce: %s", r.Name, r.Verdict, r.Observed)
+				}
+			}
+			if want := strings.Count(tc.run, "|") + 1; len(rep.Results) != want {
+				t.Errorf("%d results, want %d", len(rep.Results), want)
+			}
+		})
 	}
 }
 
