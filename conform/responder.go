@@ -255,7 +255,7 @@ var Responder = []Check{
 		Steps:    []Step{{Send: []Packet{{Op: OpReadBurst, DMA: B(8), DMASet: true}}, Wait: time.Second, Judge: judgeRdLimit}},
 		Known: []Deviation{{Code: "oldest-overwritten", Impl: "xroce (package qp)",
 			Note: "recycles responder resources oldest first as rxe does, but READs that arrive in one receive batch " +
-				"overwrite a resource whose response is not sent yet, so the oldest READ goes unanswered until the requester retries it"}},
+				"overwrite a resource whose response is not sent yet: the oldest READ is never answered (its retry finds the resource gone and is dropped)"}},
 	},
 	{
 		Name:     "resp.rnr",
