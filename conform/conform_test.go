@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestCorrectResponder runs every check against qp's responder in each
+// TestConformCorrectResponder runs every check against qp's responder in each
 // setup: each passes or cannot run there, and each runs in some setup.
-func TestCorrectResponder(t *testing.T) {
+func TestConformCorrectResponder(t *testing.T) {
 	ran := map[string]bool{}
 	for _, su := range setups {
 		for _, c := range Checks() {
@@ -31,11 +31,11 @@ func TestCorrectResponder(t *testing.T) {
 	}
 }
 
-// TestWrongResponders runs each deliberately wrong responder against the
+// TestConformWrongResponders runs each deliberately wrong responder against the
 // checks it breaks: each of them must FAIL, in some setup. Every check
 // must be broken by some wrong responder: a check that cannot fail does
 // not count.
-func TestWrongResponders(t *testing.T) {
+func TestConformWrongResponders(t *testing.T) {
 	broken := map[string]bool{}
 	for _, w := range wrongs {
 		for _, name := range w.fails {
@@ -73,10 +73,10 @@ func find(name string) *Check {
 	return Checks()[i]
 }
 
-// TestBatchedReads documents xroce's deviation in resp.rd-atomic-limit:
+// TestConformBatchedReads documents xroce's deviation in resp.rd-atomic-limit:
 // READs beyond its responder resources that arrive in one receive batch
 // overwrite the oldest resource before its response is sent.
-func TestBatchedReads(t *testing.T) {
+func TestConformBatchedReads(t *testing.T) {
 	s := newSim(t, setups[0])
 	s.batch = true
 	tgt := s.target
