@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,10 +14,12 @@ import (
 const (
 	ResultLine  = "---------------------------------------------------------------------------------------\n"
 	ResultBW    = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+	ResultBWMiB = " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]" // 25.01
 	ResultBWG   = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
 	ResultLat   = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
 	ResultLatD  = " #bytes        #iterations       t_avg[usec]    tps average"
 	reportBW    = " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n"
+	reportBW25  = " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f\n"
 	reportBWExt = " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n"
 	reportLat   = " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n"
 	reportLatD  = " %-7d       %d            %-7.2f        %-7.2f\n"
@@ -37,6 +40,45 @@ func (v Verb) String() string {
 	return [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic"}[v]
 }
 
+// Style is a perftest release's output: its banner and its bandwidth
+// table. The exchange on the wire is the same for both.
+type Style uint8
+
+const (
+	// Style45 is perftest 4.5's (Debian bookworm's 4.5+0.17, which says
+	// "6.06" on the wire).
+	Style45 Style = iota
+	// Style2501 is perftest 25.01's (Debian trixie's 25.01.0+0.80,
+	// "6.24"): the banner's PCIe and ibv_wr* lines gain a second column
+	// (Lock-free, Using DDP), and bandwidth is headed MiB/sec, with two
+	// more spaces before the message rate.
+	Style2501
+)
+
+// StyleOf is the style of the perftest whose version string is v: 25.01's
+// from 6.24 on, 4.5's before.
+func StyleOf(v string) Style {
+	if f, err := strconv.ParseFloat(strings.TrimRight(v, "\x00"), 64); err == nil && f >= 6.24 {
+		return Style2501
+	}
+	return Style45
+}
+
+// Version is the version string perftest of this style sends.
+func (st Style) Version() string {
+	if st == Style2501 {
+		return "6.24"
+	}
+	return Version
+}
+
+func (st Style) String() string {
+	if st == Style2501 {
+		return "25.01"
+	}
+	return "4.5"
+}
+
 // Info is what the banner of a test shows.
 type Info struct {
 	Verb       Verb
@@ -55,6 +97,7 @@ type Info struct {
 	OutReads   int
 	RDMACM     bool // -R: the QPs are connected with rdma_cm
 	TOS        int  // -R -T: the data connections' type of service; -1: not shown
+	Style      Style
 }
 
 // PrintInfo prints perftest's banner (ctx_print_test_info).
@@ -75,8 +118,13 @@ func PrintInfo(w io.Writer, in *Info) {
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", in.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", in.QPs)
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", in.Connection)
-	b.WriteString(" PCIe relax order: Unsupported\n")
-	b.WriteString(" ibv_wr* API     : OFF\n")
+	if in.Style == Style2501 {
+		b.WriteString(" PCIe relax order: Unsupported\t\tLock-free      : OFF\n")
+		b.WriteString(" ibv_wr* API     : OFF\t\tUsing DDP      : OFF\n")
+	} else {
+		b.WriteString(" PCIe relax order: Unsupported\n")
+		b.WriteString(" ibv_wr* API     : OFF\n")
+	}
 	if !in.Server {
 		fmt.Fprintf(&b, " TX depth        : %d\n", in.TxDepth)
 	}
@@ -154,21 +202,27 @@ func PrintDest(w io.Writer, d *Dest, remote bool, verb Verb) {
 }
 
 // PrintBWHeader prints the column header of a bandwidth table.
-func PrintBWHeader(w io.Writer, gbits bool) {
+func (st Style) PrintBWHeader(w io.Writer, gbits bool) {
 	h := ResultBW
-	if gbits {
+	switch {
+	case gbits:
 		h = ResultBWG
+	case st == Style2501:
+		h = ResultBWMiB
 	}
 	io.WriteString(w, ResultLine+h+"\n")
 }
 
 // PrintBW prints one bandwidth result line (print_full_bw_report).
-func PrintBW(w io.Writer, r BWReport, gbits bool) {
-	if gbits && r.Avg < 0.1 {
-		fmt.Fprintf(w, reportBWExt, r.Size, r.Iters, r.Peak, r.Avg, r.MsgRate)
-		return
+func (st Style) PrintBW(w io.Writer, r BWReport, gbits bool) {
+	f := reportBW
+	switch {
+	case gbits && r.Avg < 0.1:
+		f = reportBWExt
+	case st == Style2501:
+		f = reportBW25
 	}
-	fmt.Fprintf(w, reportBW, r.Size, r.Iters, r.Peak, r.Avg, r.MsgRate)
+	fmt.Fprintf(w, f, r.Size, r.Iters, r.Peak, r.Avg, r.MsgRate)
 }
 
 // PrintLatHeader prints the column header of a latency table.

@@ -36,6 +36,7 @@
 package perftest
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -90,6 +91,9 @@ type Conn struct {
 	client bool
 	// RemoteVersion is the peer's version string, once Versions ran.
 	RemoteVersion string
+	// Version is the version string Versions sends; "" means Version
+	// (4.5's).
+	Version string
 }
 
 // NewConn speaks the exchange over the TCP connection c; client says
@@ -119,7 +123,7 @@ func (c *Conn) Exchange(mine, theirs []byte) error {
 // Versions exchanges version strings and checks the peer's.
 func (c *Conn) Versions() error {
 	var mine, theirs [VersionSize]byte
-	copy(mine[:], Version)
+	copy(mine[:], cmp.Or(c.Version, Version))
 	if err := c.Exchange(mine[:], theirs[:]); err != nil {
 		return fmt.Errorf("version exchange: %w", err)
 	}

@@ -227,7 +227,7 @@ func TestBWAndLatency(t *testing.T) {
 		t.Errorf("PrintLat = %q, want %q", b.String(), want)
 	}
 	b.Reset()
-	PrintBW(&b, BWReport{Size: 65536, Iters: 5000, Peak: 2751.95, Avg: 2751.21, MsgRate: 0.044019}, false)
+	Style45.PrintBW(&b, BWReport{Size: 65536, Iters: 5000, Peak: 2751.95, Avg: 2751.21, MsgRate: 0.044019}, false)
 	if want := " 65536      5000             2751.95            2751.21\t\t   0.044019\n"; b.String() != want {
 		t.Errorf("PrintBW = %q, want %q", b.String(), want)
 	}
@@ -298,5 +298,36 @@ func TestBWNoTime(t *testing.T) {
 	}
 	if r := Rate(1<<20, 10, time.Second, false); r.Avg != 10 || r.Peak != 10 || r.MsgRate != 10e-6 {
 		t.Fatalf("Rate(1 MiB × 10 in 1 s) = %+v, want 10 MB/s peak and average", r)
+	}
+}
+
+// Perftest 25.01's lines, as rxe's ib_write_bw printed them in Debian
+// trixie's guest: the banner's two-column lines, the MiB/sec header and the
+// wider gap before the message rate; the release is told from the peer's
+// version string.
+func TestStyle2501(t *testing.T) {
+	var b strings.Builder
+	Style2501.PrintBWHeader(&b, false)
+	Style2501.PrintBW(&b, BWReport{Size: 65536, Iters: 100, Peak: 46.24, Avg: 46.24, MsgRate: 0.000740}, false)
+	want := ResultLine +
+		" #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n" +
+		" 65536      100              46.24              46.24  \t\t     0.000740\n"
+	if b.String() != want {
+		t.Errorf("25.01's table:\n%q\nwant\n%q", b.String(), want)
+	}
+	b.Reset()
+	PrintInfo(&b, &Info{Verb: Write, Device: "tap0", QPs: 1, Connection: "RC", CQMod: 1, MTU: 4096, GIDIndex: 1, Style: Style2501})
+	for _, l := range []string{" PCIe relax order: Unsupported\t\tLock-free      : OFF\n", " ibv_wr* API     : OFF\t\tUsing DDP      : OFF\n"} {
+		if !strings.Contains(b.String(), l) {
+			t.Errorf("25.01's banner lacks %q:\n%s", l, b.String())
+		}
+	}
+	for v, want := range map[string]Style{"6.06": Style45, "5.70": Style45, "6.24": Style2501, "6.29": Style2501, "": Style45, "junk": Style45} {
+		if got := StyleOf(v); got != want {
+			t.Errorf("StyleOf(%q) = %v, want %v", v, got, want)
+		}
+	}
+	if Style2501.Version() != "6.24" || Style45.Version() != Version {
+		t.Errorf("versions %q %q", Style2501.Version(), Style45.Version())
 	}
 }

@@ -96,9 +96,10 @@ type perfOptions struct {
 	statDir    string
 	timeout    time.Duration
 	host       string
-	rdmaCM     bool // -R: connect with rdma_cm
-	tos        int  // -T: the data connections' type of service; -1: none
-	retry      int  // --retry_count: the rdma_cm connections' retry counts
+	rdmaCM     bool   // -R: connect with rdma_cm
+	tos        int    // -T: the data connections' type of service; -1: none
+	retry      int    // --retry_count: the rdma_cm connections' retry counts
+	perftest   string // --perftest: "auto", "4.5" or "25.01"
 }
 
 // perfModes are perf tests that are not perftest's: each parses its own
@@ -138,6 +139,7 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.retry, "retry_count", o.retry, "retry `count` of the rdma_cm connections (with -R; at most 7 is used)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long`")
 	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")
+	fs.StringVar(&o.perftest, "perftest", "auto", "the perftest `release` to look like: 4.5 or 25.01 (its version on the wire, banner and tables), or auto: the peer's, 4.5 towards xroce")
 	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"D", "duration"}, {"a", "all"}, {"q", "qp"},
 		{"m", "mtu"}, {"x", "gid-index"}, {"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"c", "connection"},
 		{"t", "tx-depth"}, {"r", "rx-depth"}, {"Q", "cq-mod"}, {"A", "atomic_type"}, {"F", "CPU-freq"}, {"R", "rdma_cm"},
@@ -192,6 +194,11 @@ func perfTestNames() string {
 const maxAllSize = 1 << 23
 
 func (o *perfOptions) check() error {
+	switch o.perftest {
+	case "auto", "4.5", "25.01":
+	default:
+		return usagef("perf: --perftest %q: want 4.5, 25.01 or auto", o.perftest)
+	}
 	t := o.test
 	def := func(v *int, bw, lat int) {
 		if *v < 0 {
@@ -314,6 +321,7 @@ type perfRun struct {
 	conn    *perftest.Conn
 	ctl     interface{ SetDeadline(time.Time) error } // the exchange's connection: TCP, or rdma_cm's (cm.ctl)
 	cm      *perfCM                                   // -R
+	style   perftest.Style                            // the banner's and tables' release
 	pd      *roce.PD
 	scq     *roce.CQ
 	rcq     *roce.CQ
@@ -408,8 +416,19 @@ func (r *perfRun) deadline(d time.Duration) { r.ctl.SetDeadline(time.Now().Add(d
 // start runs the first exchanges: versions, system data and MTU.
 func (r *perfRun) start() error {
 	r.deadline(r.o.timeout)
+	if r.o.perftest == "25.01" {
+		r.conn.Version = perftest.Style2501.Version()
+	}
 	if err := r.conn.Versions(); err != nil {
 		return err
+	}
+	// The banner and tables look like the release chosen, or like the
+	// peer's (perftest 4.5's towards another xroce, which says 6.06).
+	switch r.o.perftest {
+	case "25.01":
+		r.style = perftest.Style2501
+	case "auto":
+		r.style = perftest.StyleOf(r.conn.RemoteVersion)
 	}
 	var err error
 	if r.cycle, _, err = r.conn.SysData(os.Getpagesize(), 64); err != nil {
@@ -494,7 +513,8 @@ func (r *perfRun) info() {
 	o := r.o
 	in := perftest.Info{Verb: o.test.verb, Atomic: o.atomicType, Latency: o.test.lat, Server: r.server,
 		Device: r.dev.Info().Name, QPs: o.qps, Connection: o.conn, TxDepth: o.txDepth, RxDepth: o.rxDepth,
-		CQMod: o.cqMod, MTU: r.mtu.Bytes(), GIDIndex: o.gid, OutReads: perfOutReads, RDMACM: o.rdmaCM, TOS: o.tos}
+		CQMod: o.cqMod, MTU: r.mtu.Bytes(), GIDIndex: o.gid, OutReads: perfOutReads, RDMACM: o.rdmaCM, TOS: o.tos,
+		Style: r.style}
 	// perftest picks a GID on RoCE and shows its index: so does this.
 	if in.GIDIndex < 0 {
 		in.GIDIndex = int(r.my[0].GIDIndex)
@@ -653,17 +673,17 @@ func (r *perfRun) test(ctx context.Context) error {
 		}
 		return nil
 	case r.server:
-		perftest.PrintBWHeader(w, o.gbits)
+		r.style.PrintBWHeader(w, o.gbits)
 		return r.serverWait(runWait, true)
 	}
-	perftest.PrintBWHeader(w, o.gbits)
+	r.style.PrintBWHeader(w, o.gbits)
 	var rep perftest.BWReport
 	for _, size := range r.sizes() {
 		var err error
 		if rep, err = r.bandwidth(ctx, size); err != nil {
 			return err
 		}
-		perftest.PrintBW(w, rep, o.gbits)
+		r.style.PrintBW(w, rep, o.gbits)
 	}
 	io.WriteString(w, perftest.ResultLine)
 	if err := r.barrier(o.timeout); err != nil {
@@ -714,7 +734,7 @@ func (r *perfRun) serverWait(wait time.Duration, bw bool) error {
 		if err != nil {
 			return err
 		}
-		perftest.PrintBW(r.e.stdout, rep, r.o.gbits)
+		r.style.PrintBW(r.e.stdout, rep, r.o.gbits)
 		r.deadline(r.o.timeout)
 		if err := r.conn.Close(&r.my[0]); err != nil {
 			return err
@@ -737,7 +757,7 @@ func (r *perfRun) sendTest(ctx context.Context, wait time.Duration) error {
 	if o.test.lat {
 		perftest.PrintLatHeader(w, o.duration > 0)
 	} else {
-		perftest.PrintBWHeader(w, o.gbits)
+		r.style.PrintBWHeader(w, o.gbits)
 	}
 	for _, size := range r.sizes() {
 		if o.test.lat || r.server {
@@ -755,12 +775,12 @@ func (r *perfRun) sendTest(ctx context.Context, wait time.Duration) error {
 		case r.server:
 			var rep perftest.BWReport
 			if rep, err = r.receiveBW(ctx, size); err == nil {
-				perftest.PrintBW(w, rep, o.gbits)
+				r.style.PrintBW(w, rep, o.gbits)
 			}
 		default:
 			var rep perftest.BWReport
 			if rep, err = r.bandwidth(ctx, size); err == nil {
-				perftest.PrintBW(w, rep, o.gbits)
+				r.style.PrintBW(w, rep, o.gbits)
 			}
 		}
 		if err != nil {

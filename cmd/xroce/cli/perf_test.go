@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -195,5 +196,30 @@ func TestPerfConnectOptions(t *testing.T) {
 			t.Errorf("out_reads %d here, %d there: max_rd_atomic %d, max_dest_rd_atomic %d; want %d, %d",
 				c.my, c.rem, o.MaxRdAtomic, o.MaxDestRdAtomic, c.wantRd, c.wantDR)
 		}
+	}
+}
+
+// --perftest 25.01 on the client: it says 6.24 on the wire and prints
+// perftest 25.01's banner and table; the server, left to auto, follows the
+// peer it meets. A bad value is a usage error.
+func TestPerfStyle2501(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	flags := []string{"write_bw", "-n", "50", "-s", "4096", "-p", "18651", "-timeout", "10s"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc := runIn(ctx, p.B, append([]string{"perf", "-d", p.B.Ifname, "-stat-dir", ""}, flags...)...)
+	waitListen(t, p.B, 18651, sc)
+	rc := <-runIn(ctx, p.A, append(append([]string{"perf", "-d", p.A.Ifname, "-stat-dir", "", "--perftest", "25.01"}, flags...), p.B.IP.String())...)
+	rs := <-sc
+	checkPerf(t, "client", rc, perftest.ResultBWMiB, []int{4096}, 50)
+	checkPerf(t, "server", rs, perftest.ResultBWMiB, []int{4096}, 50)
+	for who, r := range map[string]result{"client": rc, "server": rs} {
+		if !strings.Contains(r.stdout, "Lock-free      : OFF\n") {
+			t.Errorf("%s: no 25.01 banner:\n%s", who, r.stdout)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := Run(ctx, []string{"perf", "write_bw", "--perftest", "24.10"}, &out, &errb); ExitCode(err) != 2 {
+		t.Errorf("--perftest 24.10: exit %d, want 2 (%v)", ExitCode(err), err)
 	}
 }
