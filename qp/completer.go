@@ -112,6 +112,7 @@ func (q *QP) popSend(w *sendWQE, st WCStatus) {
 func (q *QP) onProgress() {
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.rewound = false
+	q.recovering = false
 	if q.reqPSN.Less(q.compPSN) && q.sqReq != q.sqTail {
 		w := q.sqAt(q.sqReq)
 		if w.started && q.compPSN.Diff(w.lastPSN) <= 0 && !w.wr.Opcode.isAtomic() {

@@ -23,6 +23,11 @@ type EngineConfig struct {
 	// PortMTU is the port's active MTU, the path MTU of UD QPs (rxe: the
 	// netdev MTU minus 80, rounded down: 1500 gives 1024). 0 means 1024.
 	PortMTU MTU
+	// MaxInflight is the most request packets (PSNs, READ responses
+	// included) the engine's RC QPs together have in the network, waiting
+	// for acknowledgement; QPs beyond it wait their turn (budget.go). 0
+	// means DefaultMaxInflight; below 1 is taken as 1.
+	MaxInflight int
 }
 
 // Engine runs the transport of a set of queue pairs: it takes received
@@ -44,7 +49,13 @@ type Engine struct {
 	ready, spare []*QP
 	timers       timerHeap
 	visits       uint64 // QPs polled, for tests
-	stats        Stats
+	// The transmit budget (budget.go): packets in flight, their bound,
+	// and the QPs waiting for it, oldest at line[lineHead].
+	inflight    int
+	maxInflight int
+	line        []*QP
+	lineHead    int
+	stats       Stats
 }
 
 // Stats are an engine's or a QP's counters (safe to read from any
@@ -103,7 +114,10 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.PortMTU.Bytes() == 0 {
 		return nil, fmt.Errorf("new engine: port MTU %v: %w", cfg.PortMTU, ErrInvalidAttr)
 	}
-	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP)}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = DefaultMaxInflight
+	}
+	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP), maxInflight: max(cfg.MaxInflight, 1)}
 	for _, a := range cfg.LocalIPs {
 		e.local = append(e.local, a.Unmap())
 	}
@@ -154,9 +168,19 @@ type QP struct {
 	// counted.
 	dropCounted bool
 	heapAt      time.Duration // earliest deadline of q in the engine's timer heap, Never if none
-	scratch     [8]byte
-	wc          WC // completion handed to a CQ
-	stats       Stats
+	// The transmit budget (budget.go): the packets q counts in the
+	// engine's inflight; in the engine's line; on its turn, and the packets
+	// sent in it; the next packet asks for an ACK; one packet at a time
+	// after an ACK timeout, until progress.
+	charged    int
+	inLine     bool
+	turn       bool
+	turnSent   int
+	ackNow     bool
+	recovering bool
+	scratch    [8]byte
+	wc         WC // completion handed to a CQ
+	stats      Stats
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
@@ -283,6 +307,7 @@ func (q *QP) Destroy() {
 	}
 	q.state = StateReset
 	q.destroyed = true
+	q.recharge()
 }
 
 // Stats returns the QP's counters.
@@ -329,6 +354,7 @@ func (q *QP) onRTS() {
 	q.noAck = 0
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.rewound = false
+	q.recovering = false
 	q.timer = timers{}
 }
 
@@ -397,6 +423,7 @@ func (e *Engine) accept(f *bth.Frame, n int) bool {
 	q.stats.RxBytes.Add(uint64(n))
 	q.dropCounted = false
 	ok := q.input(f, op)
+	q.recharge()
 	if !ok {
 		q.stats.RxDropped.Add(1)
 		if !q.dropCounted {
@@ -466,6 +493,7 @@ func (q *QP) poll(now time.Duration) time.Duration {
 	q.runTimers(now)
 	q.flushResponses()
 	q.runRequester(now)
+	q.recharge()
 	if q.blocked {
 		return now
 	}

@@ -181,7 +181,7 @@ func (q *QP) runRequester(now time.Duration) {
 				return
 			}
 		}
-		if q.typ == RC && q.reqPSN.Diff(q.compPSN) >= maxUnacked {
+		if !q.mayStart() {
 			return
 		}
 		if !q.resolvePayload(w) {
@@ -198,6 +198,8 @@ func (q *QP) runRequester(now time.Duration) {
 		done := q.sendPacket(w, buf)
 		if q.typ == RC {
 			q.onRequestSent(now)
+			q.turnSent++
+			q.recharge()
 		}
 		if done {
 			q.sqReq++
@@ -316,7 +318,7 @@ func (q *QP) sendPacket(w *sendWQE, buf []byte) bool {
 	ff.BTH.Opcode = o
 	ff.BTH.SE = last && w.wr.Flags&SendSolicited != 0 && (op.isSend() || op == WRRDMAWriteWithImm)
 	q.noAck++
-	if q.typ == RC && (last || q.noAck >= ackReqEvery) {
+	if q.typ == RC && (last || q.noAck >= ackReqEvery || q.ackNow) {
 		ff.BTH.AckReq = true
 		q.noAck = 0
 	}

@@ -79,6 +79,9 @@ func (e *Engine) Poll(now time.Duration) time.Duration {
 		q.schedule(d)
 	}
 	e.spare = work[:0]
+	if e.serveLine(now) {
+		busy = true
+	}
 	if busy {
 		return now
 	}

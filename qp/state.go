@@ -234,6 +234,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 	case StateErr:
 		q.state = to
 		q.flush()
+		q.recharge()
 		return nil
 	case StateRTR:
 		q.onRTR()
@@ -243,6 +244,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 		}
 	}
 	q.state = to
+	q.recharge()
 	return nil
 }
 
@@ -423,5 +425,6 @@ func (q *QP) reset() {
 	q.mtu = 256
 	q.res = q.resStore[:1]
 	q.timer = timers{}
+	q.recovering = false
 	q.resetResponder()
 }

@@ -68,6 +68,7 @@ func (q *QP) runTimers(now time.Duration) {
 		}
 		q.rewind(q.compPSN)
 		q.rewound = true
+		q.recovering = true
 		q.onRequestSent(now)
 	}
 }

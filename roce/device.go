@@ -89,6 +89,12 @@ type Config struct {
 	// worker (frames that arrive on one queue for a QP of another);
 	// 0 means 1024.
 	Forward int
+	// MaxInflight bounds the request packets each worker's RC QPs
+	// together have unacknowledged in the network (qp.EngineConfig):
+	// beyond it QPs take turns, so that many QPs share the link instead
+	// of overrunning the peer's receive ring. 0 means
+	// qp.DefaultMaxInflight (1024).
+	MaxInflight int
 
 	// Addrs are the device's IP addresses (its GIDs after the link-local
 	// one). Open reads them from the interface when this is empty;
