@@ -232,8 +232,8 @@ func (o *perfOptions) check() error {
 		return usagef("perf: -D %d: want a number of seconds", o.duration)
 	case o.duration > 0 && o.all:
 		return usagef("perf: -D and -a do not go together")
-	case o.qps < 1 || o.qps > 256:
-		return usagef("perf: -q %d: want 1..256 QPs", o.qps)
+	case o.qps < 1 || o.qps > perfMaxQPs:
+		return usagef("perf: -q %d: want 1..%d QPs", o.qps, perfMaxQPs)
 	case o.qps > 1 && t.lat:
 		return usagef("perf: latency tests use one QP: leave out -q")
 	case o.txDepth < 1 || o.txDepth > 8192:
@@ -1370,3 +1370,6 @@ func (r *perfRun) drain(cq *roce.CQ) (int, error) {
 	}
 	return n, nil
 }
+
+// perfMaxQPs is the most QPs -q takes: perftest's MAX_QP_NUM.
+const perfMaxQPs = 16384
