@@ -82,7 +82,8 @@ func (q *QP) mayStart() bool {
 	if out >= win {
 		return false
 	}
-	if !q.turn && len(e.line) > e.lineHead || e.inflight >= e.maxInflight || q.turn && q.turnSent >= turnPackets {
+	// A QP in recovery sends its one packet without waiting in line.
+	if !q.turn && !q.recovering && len(e.line) > e.lineHead || e.inflight >= e.maxInflight || q.turn && q.turnSent >= turnPackets {
 		q.waitInLine()
 		return false
 	}

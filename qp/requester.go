@@ -423,6 +423,9 @@ func (q *QP) rewind(psn bth.PSN) {
 			q.sqReq = i
 			q.reqPSN = w.sendPSN
 			q.noAck = 0
+			if !q.outstanding() {
+				q.timer.stop() // until the packets go again
+			}
 			return
 		}
 	}

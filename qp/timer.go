@@ -22,8 +22,11 @@ func (q *QP) ackTimeout() time.Duration {
 	return 4096 * time.Nanosecond << q.attr.Timeout
 }
 
-// outstanding reports whether sent packets wait for acknowledgement.
-func (q *QP) outstanding() bool { return q.compPSN != q.sentPSN }
+// outstanding reports whether packets sent in the current pass wait for
+// acknowledgement. After a go-back-N nothing is outstanding until the
+// packets go again: the timer must not run while the QP waits for its
+// turn to send them (budget.go), or the wait would spend its retries.
+func (q *QP) outstanding() bool { return q.reqPSN.Diff(q.compPSN) > 0 }
 
 // onRequestSent arms the retransmission timer if it is not running.
 func (q *QP) onRequestSent(now time.Duration) {
