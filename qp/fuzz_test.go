@@ -107,7 +107,7 @@ func FuzzInput(f *testing.F) {
 				t.Fatalf("memory outside region %d touched", r.key)
 			}
 		}
-		for _, q := range v.e.list {
+		for _, q := range v.e.qps {
 			if int32(q.sqReq-q.sqHead) < 0 || int32(q.sqTail-q.sqReq) < 0 || q.rdOut < 0 || int32(q.rqTail-q.rqHead) < 0 {
 				t.Fatalf("queue invariants broken: %s", q.debugString())
 			}

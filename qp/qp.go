@@ -42,7 +42,6 @@ type Engine struct {
 	local []netip.Addr
 	mtu   MTU
 	qps   map[uint32]*QP
-	list  []*QP
 	frame bth.Frame
 	now   time.Duration // time of the current Input or Poll
 	// QPs to visit at the next Poll, and the timers of the others.
@@ -186,6 +185,7 @@ type QP struct {
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
 	sq                    []sendWQE
 	sqHead, sqReq, sqTail uint32
+	sqCap, rqCap          uint32 // the queues' depths; sq and rq grow up to them
 
 	// Requester.
 	reqPSN    bth.PSN // next PSN to send
@@ -246,17 +246,9 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 		e: e, qpn: cfg.QPN, typ: cfg.Type, mem: cfg.Mem, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ,
 		sigAll: cfg.SignalAll, maxSGE: def(cfg.MaxSGE, 4), maxInl: max(cfg.MaxInline, 0),
 	}
-	q.sq = make([]sendWQE, def(cfg.MaxSendWR, 128))
-	for i := range q.sq {
-		q.sq[i].sge = make([]SGE, 0, q.maxSGE)
-		if q.maxInl > 0 {
-			q.sq[i].inline = make([]byte, 0, q.maxInl)
-		}
-	}
-	q.rq = make([]recvWQE, def(cfg.MaxRecvWR, 128))
-	for i := range q.rq {
-		q.rq[i].sge = make([]SGE, 0, q.maxSGE)
-	}
+	// The rings grow to their depths as requests are posted (queues.go):
+	// an idle QP holds none of them.
+	q.sqCap, q.rqCap = uint32(def(cfg.MaxSendWR, 128)), uint32(def(cfg.MaxRecvWR, 128))
 	if cfg.SRQ != nil {
 		if cfg.SRQ.e != e {
 			return nil, fmt.Errorf("create qp %#x: SRQ of another engine: %w", cfg.QPN, ErrInvalidAttr)
@@ -275,14 +267,13 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 		nseg = max(nseg, q.srq.maxSGE)
 	}
 	q.segs = make([][]byte, 0, nseg)
-	q.resStore = make([]resource, maxRdAtomic)
+	q.resStore = make([]resource, 1) // grown to max_dest_rd_atomic by Modify
 	h := fnv.New32a()
 	h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
 	q.sport = 0xC000 + uint16(h.Sum32()&0x3fff)
 	q.heapAt = Never
 	q.reset()
 	e.qps[cfg.QPN] = q
-	e.list = append(e.list, q)
 	return q, nil
 }
 
@@ -299,12 +290,6 @@ func (q *QP) Destroy() {
 		q.srq.nqp--
 	}
 	delete(q.e.qps, q.qpn)
-	for i, x := range q.e.list {
-		if x == q {
-			q.e.list = append(q.e.list[:i], q.e.list[i+1:]...)
-			break
-		}
-	}
 	q.state = StateReset
 	q.destroyed = true
 	q.recharge()

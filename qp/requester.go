@@ -52,7 +52,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if q.state < StateRTS {
 		return fmt.Errorf("post send on qp %#x in %v: %w", q.qpn, q.state, ErrState)
 	}
-	if q.sqTail-q.sqHead >= uint32(len(q.sq)) {
+	if q.sqTail-q.sqHead >= q.sqCap {
 		return fmt.Errorf("post send on qp %#x: %w", q.qpn, ErrQueueFull)
 	}
 	if len(wr.SGL) > q.maxSGE {
@@ -80,7 +80,13 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if inl && n > uint64(q.maxInl) {
 		return fmt.Errorf("post send on qp %#x: %d bytes inline: %w", q.qpn, n, ErrInline)
 	}
+	if q.sqTail-q.sqHead == uint32(len(q.sq)) {
+		q.sq = growRing(q.sq, q.sqHead, q.sqTail, q.sqCap)
+	}
 	w := q.sqAt(q.sqTail)
+	if cap(w.sge) < q.maxSGE {
+		w.sge = make([]SGE, 0, q.maxSGE) // once per slot
+	}
 	sge := w.sge[:len(wr.SGL)]
 	copy(sge, wr.SGL)
 	// Field by field, not w.wr = *wr: copying the SGL and AV pointers into
@@ -92,6 +98,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	if wr.AV != nil {
 		w.av = *wr.AV
+	}
+	if inl && cap(w.inline) < q.maxInl {
+		w.inline = make([]byte, 0, q.maxInl) // once per slot
 	}
 	w.inline = w.inline[:0]
 	w.isInl = inl

@@ -68,11 +68,14 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.state == StateReset {
 		return fmt.Errorf("post recv on qp %#x in %v: %w", q.qpn, q.state, ErrState)
 	}
-	if q.rqTail-q.rqHead >= uint32(len(q.rq)) {
+	if q.rqTail-q.rqHead >= q.rqCap {
 		return fmt.Errorf("post recv on qp %#x: %w", q.qpn, ErrQueueFull)
 	}
 	if len(wr.SGL) > q.maxSGE {
 		return fmt.Errorf("post recv on qp %#x: %d SGEs: %w", q.qpn, len(wr.SGL), ErrTooManySGE)
+	}
+	if q.rqTail-q.rqHead == uint32(len(q.rq)) {
+		q.rq = growRing(q.rq, q.rqHead, q.rqTail, q.rqCap)
 	}
 	w := q.rqAt(q.rqTail)
 	w.id = wr.ID

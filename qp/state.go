@@ -349,7 +349,13 @@ func (q *QP) applyAttr(a *Attr, m AttrMask) {
 	}
 	if m&AttrMaxDestRdAtomic != 0 {
 		at.MaxDestRdAtomic = a.MaxDestRdAtomic
-		q.res = q.resStore[:max(int(a.MaxDestRdAtomic), 1)]
+		n := max(int(a.MaxDestRdAtomic), 1)
+		if len(q.resStore) < n {
+			// Allocated for the depth asked, not rxe's 128 up front
+			// (13 KiB per QP): kept resources move along.
+			q.resStore = append(q.resStore, make([]resource, n-len(q.resStore))...)
+		}
+		q.res = q.resStore[:n]
 	}
 	if m&AttrMinRNRTimer != 0 {
 		at.MinRNRTimer = a.MinRNRTimer
@@ -392,7 +398,7 @@ func (q *QP) toSQE() {
 func (q *QP) flush() {
 	q.flushSQ()
 	for q.rqHead != q.rqTail {
-		w := &q.rq[q.rqHead%uint32(len(q.rq))]
+		w := q.rqAt(q.rqHead)
 		q.recvCQ.Complete(q.wcOut(WC{ID: w.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}))
 		q.rqHead++
 	}
