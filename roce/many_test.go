@@ -77,3 +77,85 @@ func BenchmarkQPMemory(b *testing.B) {
 		}
 	}
 }
+
+// shareLink connects nqp RC QP pairs between da and db and has each of
+// da's QPs WRITE msgs messages of size bytes to its peer, all posted at
+// once: every one must complete, within a bound that a stall would pass,
+// and every byte must land.
+func shareLink(t *testing.T, da, db *Device, nqp, msgs, size int) {
+	t.Helper()
+	pa, _ := da.AllocPD()
+	pb, _ := db.AllocPD()
+	cqa, err := da.CreateCQ(nqp * msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqb, _ := db.CreateCQ(1)
+	total := nqp * msgs * size
+	src, dst := make([]byte, total), make([]byte, total)
+	fill(src, uint64(nqp))
+	mra, err := pa.RegMR(src, AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrb, err := pb.RegMR(dst, AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qps := make([]*QP, nqp)
+	for i := range qps {
+		a, err := pa.CreateQP(QPConfig{Type: RC, SendCQ: cqa, RecvCQ: cqa, MaxSendWR: msgs, MaxRecvWR: 1, MaxSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := pb.CreateQP(QPConfig{Type: RC, SendCQ: cqb, RecvCQ: cqb, MaxSendWR: 1, MaxRecvWR: 1, MaxSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		connect(t, &side{qp: a}, &side{qp: b}, ConnectOptions{})
+		qps[i] = a
+	}
+	for i, q := range qps {
+		for k := range msgs {
+			off := (i*msgs + k) * size
+			if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{mra.SGE(off, size)},
+				RemoteAddr: mrb.Addr() + uint64(off), RKey: mrb.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	done := make([]int, nqp)
+	for n := 0; n < nqp*msgs; n++ {
+		wc := wait(t, cqa, 20*time.Second)
+		if wc.Status != WCSuccess {
+			t.Fatalf("QP %d: %v after %d of %d completions", wc.ID, wc.Status, n, nqp*msgs)
+		}
+		done[wc.ID]++
+	}
+	for i, n := range done {
+		if n != msgs {
+			t.Fatalf("QP %d: %d completions, want %d", i, n, msgs)
+		}
+	}
+	mrb.Sync()
+	same(t, "the peer's memory", dst, src)
+	s := da.Stats()
+	t.Logf("%d QPs x %d x %d B: %d frames sent, %d timeouts, %d retransmissions", nqp, msgs, size, s.TxFrames, s.Timeouts, s.Retransmits)
+}
+
+// TestPipeThousandsOfQPs: 4096 QPs with a full window each share one
+// link (issue 20). The pipe loses nothing but what overflows its 2048
+// buffers a side, and the transmit budget keeps that from happening: not
+// one frame may need sending again. (Without the budget: 13,768 timeouts.)
+
+func TestPipeThousandsOfQPs(t *testing.T) {
+	nqp := 4096
+	if testing.Short() {
+		nqp = 512
+	}
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	shareLink(t, da, db, nqp, 4, 32<<10) // 128 packets a QP: a full window each
+	if s := da.Stats(); s.Retransmits != 0 || s.Timeouts != 0 {
+		t.Errorf("%d retransmissions, %d timeouts on a link that drops only what overflows: want none", s.Retransmits, s.Timeouts)
+	}
+}

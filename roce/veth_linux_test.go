@@ -485,3 +485,14 @@ func TestVethFallback(t *testing.T) {
 		t.Fatal("Open with DatapathXDP did not fail")
 	}
 }
+
+// TestVethThousandQPs: 1024 QPs share a veth pair (issue 20: 256 used to
+// complete nothing in 30 s).
+func TestVethThousandQPs(t *testing.T) {
+	nqp := 1024
+	if testing.Short() {
+		nqp = 256
+	}
+	da, db, _ := vethDevices(t, Config{}, false)
+	shareLink(t, da, db, nqp, 8, 16<<10) // 128 packets a QP: a full window each
+}
