@@ -82,7 +82,7 @@ func BenchmarkQPMemory(b *testing.B) {
 // da's QPs WRITE msgs messages of size bytes to its peer, all posted at
 // once: every one must complete, within a bound that a stall would pass,
 // and every byte must land.
-func shareLink(t *testing.T, da, db *Device, nqp, msgs, size int) {
+func shareLink(t *testing.T, da, db *Device, nqp, msgs, size int, opts ConnectOptions) {
 	t.Helper()
 	pa, _ := da.AllocPD()
 	pb, _ := db.AllocPD()
@@ -112,7 +112,7 @@ func shareLink(t *testing.T, da, db *Device, nqp, msgs, size int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		connect(t, &side{qp: a}, &side{qp: b}, ConnectOptions{})
+		connect(t, &side{qp: a}, &side{qp: b}, opts)
 		qps[i] = a
 	}
 	for i, q := range qps {
@@ -146,7 +146,9 @@ func shareLink(t *testing.T, da, db *Device, nqp, msgs, size int) {
 // TestPipeThousandsOfQPs: 4096 QPs with a full window each share one
 // link (issue 20). The pipe loses nothing but what overflows its 2048
 // buffers a side, and the transmit budget keeps that from happening: not
-// one frame may need sending again. (Without the budget: 13,768 timeouts.)
+// one frame may need sending again. (Without the budget it stalls: no completion for 20 s.)
+// The ACK timeout is 4 s, so that a slow or loaded machine cannot time
+// out; only a lost frame makes a retransmission.
 
 func TestPipeThousandsOfQPs(t *testing.T) {
 	nqp := 4096
@@ -154,7 +156,7 @@ func TestPipeThousandsOfQPs(t *testing.T) {
 		nqp = 512
 	}
 	da, db := pipeDevices(t, 1, noFaults, Config{})
-	shareLink(t, da, db, nqp, 4, 32<<10) // 128 packets a QP: a full window each
+	shareLink(t, da, db, nqp, 4, 32<<10, ConnectOptions{Timeout: 20}) // 128 packets a QP: a full window each
 	if s := da.Stats(); s.Retransmits != 0 || s.Timeouts != 0 {
 		t.Errorf("%d retransmissions, %d timeouts on a link that drops only what overflows: want none", s.Retransmits, s.Timeouts)
 	}

@@ -494,5 +494,5 @@ func TestVethThousandQPs(t *testing.T) {
 		nqp = 256
 	}
 	da, db, _ := vethDevices(t, Config{}, false)
-	shareLink(t, da, db, nqp, 8, 16<<10) // 128 packets a QP: a full window each
+	shareLink(t, da, db, nqp, 8, 16<<10, ConnectOptions{}) // 128 packets a QP: a full window each
 }
