@@ -93,7 +93,7 @@ type Config struct {
 	// together have unacknowledged in the network (qp.EngineConfig):
 	// beyond it QPs take turns, so that many QPs share the link instead
 	// of overrunning the peer's receive ring. 0 means
-	// qp.DefaultMaxInflight (1024).
+	// qp.DefaultMaxInflight (512).
 	MaxInflight int
 
 	// Addrs are the device's IP addresses (its GIDs after the link-local
