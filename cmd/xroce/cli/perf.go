@@ -708,7 +708,7 @@ func (r *perfRun) snapshot() *statsock.Snapshot {
 	for i, p := range r.qps {
 		d.QPs = append(d.QPs, statsock.QP{Name: r.o.test.name, QPN: p.qp.QPN(), Type: p.qp.Type().String(),
 			State: p.qp.State().String(), Peer: fmt.Sprintf("%v %#x", netip.AddrFrom16(r.rem[i].GID).Unmap(), r.rem[i].QPN),
-			Counters: counters(p.qp.Stats())})
+			Counters: qpCounters(p.qp.Stats())})
 	}
 	s.Devices = append(s.Devices, d)
 	return s
