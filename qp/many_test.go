@@ -82,6 +82,12 @@ type manyResult struct {
 // runMany runs c over a pipe seeded with seed and checks completions,
 // data and the budget; the caller judges speed and fairness.
 func runMany(t *testing.T, seed uint64, c manyCase) manyResult {
+	r, _ := runManyNet(t, seed, c)
+	return r
+}
+
+// runManyNet is runMany, also returning the network, at rest.
+func runManyNet(t *testing.T, seed uint64, c manyCase) (manyResult, *simNet) {
 	t.Helper()
 	n := newSimNetMTU(t, seed, faults{}, MTU1024)
 	n.epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -153,7 +159,7 @@ func runMany(t *testing.T, seed uint64, c manyCase) manyResult {
 	r.end = n.now
 	r.timeouts = a.e.Stats().Timeouts.Load()
 	r.dups = b.e.Stats().Duplicates.Load()
-	return r
+	return r, n
 }
 
 // fairness returns the smallest of done relative to the fair share and
@@ -208,4 +214,28 @@ func connectPair(t testing.TB, n *simNet, qpn uint32, cq *testCQ, sq int) *QP {
 		}
 	}
 	return qps[0]
+}
+
+// TestIdleQPsCostNothing: once their work is done, a thousand connected
+// QPs cost the engine nothing: no timer left in the heap, and later Polls
+// (an owner's idle ticks) visit none of them.
+func TestIdleQPsCostNothing(t *testing.T) {
+	_, n := runManyNet(t, 1, manyCase{qps: 1000, msgs: 2, size: 4096})
+	for n.step() { // the last ACKs and the stale timer entries
+	}
+	for _, end := range n.ends {
+		e := end.e
+		if len(e.timers) != 0 || len(e.ready) != 0 {
+			t.Fatalf("at rest: %d timers, %d QPs ready, want none", len(e.timers), len(e.ready))
+		}
+		before := e.visits
+		for i := range 100 {
+			if d := e.Poll(n.now + time.Duration(i)*time.Second); d != Never {
+				t.Fatalf("idle Poll: next deadline %v, want Never", d)
+			}
+		}
+		if e.visits != before {
+			t.Fatalf("100 idle Polls visited %d QPs, want none", e.visits-before)
+		}
+	}
 }
