@@ -1,6 +1,8 @@
 package roce
 
 import (
+	"context"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -159,5 +161,50 @@ func TestPipeThousandsOfQPs(t *testing.T) {
 	shareLink(t, da, db, nqp, 4, 32<<10, ConnectOptions{Timeout: 20}) // 128 packets a QP: a full window each
 	if s := da.Stats(); s.Retransmits != 0 || s.Timeouts != 0 {
 		t.Errorf("%d retransmissions, %d timeouts on a link that drops only what overflows: want none", s.Retransmits, s.Timeouts)
+	}
+}
+
+// BenchmarkConnectTCP reports how many QP pairs a second are created and
+// brought to RTS through the TCP exchange (ConnectTCP, XroceCodec), both
+// ends in this process over an in-memory connection: the exchange's and
+// the devices' cost, without a network's round trip.
+func BenchmarkConnectTCP(b *testing.B) {
+	da, db := pipeDevices(b, 1, noFaults, Config{})
+	pa, _ := da.AllocPD()
+	pb, _ := db.AllocPD()
+	ca, _ := da.CreateCQ(16)
+	cb, _ := db.CreateCQ(16)
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	ctx := context.Background()
+	var qps []*QP
+	for b.Loop() {
+		qa, err := pa.CreateQP(QPConfig{Type: RC, SendCQ: ca, RecvCQ: ca})
+		if err != nil {
+			b.Fatal(err)
+		}
+		qb, err := pb.CreateQP(QPConfig{Type: RC, SendCQ: cb, RecvCQ: cb})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ea, _ := qa.LocalEndpoint(1, ConnectOptions{})
+		eb, _ := qb.LocalEndpoint(2, ConnectOptions{})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := qb.ConnectTCP(ctx, c2, false, eb, XroceCodec, ConnectOptions{})
+			errc <- err
+		}()
+		if _, err := qa.ConnectTCP(ctx, c1, true, ea, XroceCodec, ConnectOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		qps = append(qps, qa, qb)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	for _, q := range qps {
+		q.Destroy()
 	}
 }
