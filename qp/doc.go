@@ -29,11 +29,16 @@
 // (PSN check, duplicates, receive queue, RDMA access checks, responder
 // resources, FLUSH and ATOMIC_WRITE, UC and UD), srq.go (shared receive
 // queues), timer.go (local ACK timeout, RNR wait), qp.go (Engine, QP
-// creation, frame dispatch, Poll).
+// creation, frame dispatch, Poll), sched.go (the QPs with work and the
+// timer heap), budget.go (the transmit budget the RC QPs share, in
+// turns), queues.go (work queues that grow to their depths).
 //
 // Interop choices follow rxe: AckReq on the last packet of a message and
 // at least every 64 packets; at most 128 unacknowledged PSNs; ACKs carry
 // credit code 31; retry_cnt 7 and rnr_retry 7 retry forever; a new QP's
 // path MTU is 256 until modified; atomics operate on 8-byte little-endian
-// (host order) words.
+// (host order) words. Unlike rxe, which leaves it to the NIC and the
+// fabric, the engine also bounds the packets all its RC QPs have in
+// flight together (EngineConfig.MaxInflight), so that thousands of QPs
+// share a link between software hosts instead of overrunning its rings.
 package qp
