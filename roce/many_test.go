@@ -29,14 +29,7 @@ func BenchmarkQPMemory(b *testing.B) {
 		runtime.ReadMemStats(&m0)
 		var as, bs []*QP
 		for range nqp {
-			qa, err := pa.CreateQP(QPConfig{Type: RC, SendCQ: ca, RecvCQ: ca})
-			if err != nil {
-				b.Fatal(err)
-			}
-			qb, err := pb.CreateQP(QPConfig{Type: RC, SendCQ: cb, RecvCQ: cb})
-			if err != nil {
-				b.Fatal(err)
-			}
+			qa, qb := rcQPs(b, pa, pb, ca, cb)
 			connect(b, &side{qp: qa}, &side{qp: qb}, ConnectOptions{MaxRdAtomic: 16, MaxDestRdAtomic: 16})
 			as, bs = append(as, qa), append(bs, qb)
 		}
@@ -180,14 +173,7 @@ func BenchmarkConnectTCP(b *testing.B) {
 	ctx := context.Background()
 	var qps []*QP
 	for b.Loop() {
-		qa, err := pa.CreateQP(QPConfig{Type: RC, SendCQ: ca, RecvCQ: ca})
-		if err != nil {
-			b.Fatal(err)
-		}
-		qb, err := pb.CreateQP(QPConfig{Type: RC, SendCQ: cb, RecvCQ: cb})
-		if err != nil {
-			b.Fatal(err)
-		}
+		qa, qb := rcQPs(b, pa, pb, ca, cb)
 		ea, _ := qa.LocalEndpoint(1, ConnectOptions{})
 		eb, _ := qb.LocalEndpoint(2, ConnectOptions{})
 		errc := make(chan error, 1)
@@ -207,4 +193,17 @@ func BenchmarkConnectTCP(b *testing.B) {
 	for _, q := range qps {
 		q.Destroy()
 	}
+}
+
+// rcQPs creates an RC QP with the default depths in pa and one in pb.
+func rcQPs(tb testing.TB, pa, pb *PD, ca, cb *CQ) (qa, qb *QP) {
+	tb.Helper()
+	qa, err := pa.CreateQP(QPConfig{Type: RC, SendCQ: ca, RecvCQ: ca})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if qb, err = pb.CreateQP(QPConfig{Type: RC, SendCQ: cb, RecvCQ: cb}); err != nil {
+		tb.Fatal(err)
+	}
+	return qa, qb
 }
