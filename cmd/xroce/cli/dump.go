@@ -152,6 +152,7 @@ type flow struct {
 	first     bth.PSN
 	last      bth.PSN
 	next      bth.PSN // expected PSN of the next packet
+	high      bth.PSN // the highest next so far: PSNs before it were seen
 	known     bool    // next is known
 	gaps      int     // times the PSN jumped ahead
 	missing   int     // PSNs skipped by those jumps
@@ -341,7 +342,7 @@ func (d *dumper) account() {
 			}
 		}
 		fl.inMessage = !op.IsLast()
-		fl.next, fl.known = psn.Add(1), true
+		fl.expect(psn.Add(1))
 		return
 	}
 	d.step(fl, psn)
@@ -358,7 +359,15 @@ func (d *dumper) account() {
 			return
 		}
 	}
-	fl.next, fl.known = psn.Add(consumed), true
+	fl.expect(psn.Add(consumed))
+}
+
+// expect records the PSN the flow's next packet should have.
+func (fl *flow) expect(next bth.PSN) {
+	if !fl.known || fl.high.Less(next) {
+		fl.high = next
+	}
+	fl.next, fl.known = next, true
 }
 
 // step compares a packet's PSN with the expected one.
@@ -366,10 +375,16 @@ func (d *dumper) step(fl *flow, psn bth.PSN) {
 	if !fl.known {
 		return
 	}
+	// Ahead of the expected PSN, only PSNs beyond the highest seen are
+	// missing: a sender that went back and was acknowledged before it had
+	// resent them all goes on from where it stopped (package qp resends
+	// one packet after a time-out).
 	switch diff := psn.Diff(fl.next); {
 	case diff > 0:
-		fl.gaps++
-		fl.missing += int(diff)
+		if m := psn.Diff(fl.high); m > 0 {
+			fl.gaps++
+			fl.missing += int(m)
+		}
 	case diff < 0:
 		fl.retrans++
 	}

@@ -207,7 +207,7 @@ func TestDumpHTMLCaptures(t *testing.T) {
 		{"02_ud_pingpong.pcap", 1, 0, 0, 0},
 		{"06_atomic_bw.pcap", 1, 0, 0, 0},
 		{"09_rping_rdmacm.pcap", 2, 5, 0, 0},
-		{"11_read_bw_loss10_resp.pcap", 1, 0, 60, 386},
+		{"11_read_bw_loss10_resp.pcap", 1, 0, 31, 386}, // gaps: PSNs never seen, not those skipped after a replay
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
