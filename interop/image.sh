@@ -10,7 +10,10 @@
 #   image-KEY2.img the ext4 image (KEY2 = KEY1 and guest-init.sh)
 # so editing the guest init script costs a mkfs (seconds), not a debootstrap.
 
-GUEST_SUITE=bookworm
+# GEN (interop/run's XROCE_INTEROP_GEN) chooses the Debian release: bookworm
+# (Linux 6.1, rdma-core 44, perftest 4.5) or trixie (Linux 6.12, rdma-core
+# 56, perftest 25.01). Each has its own cache entries.
+GUEST_SUITE=${GEN:-bookworm}
 GUEST_PACKAGES=linux-image-amd64,initramfs-tools,rdma-core,ibverbs-utils,ibverbs-providers,perftest,rdmacm-utils,iproute2,tcpdump,iputils-ping,ethtool,kmod,procps,netbase,busybox
 GUEST_IMAGE_SIZE=1G
 
@@ -41,16 +44,16 @@ build_rootfs() {
 	kver=$(ls "$root/lib/modules")
 
 	# The uncompressed ELF vmlinux boots through PVH in half the time of the
-	# bzImage under TCG: it is the xz stream after the FD 37 7A 58 5A 00 magic.
+	# bzImage under TCG: it is the xz stream after the FD 37 7A 58 5A 00 magic
+	# (a kernel compressed otherwise is booted as it is).
 	python3 - "$root/boot/vmlinuz-$kver" "$dir/vmlinux" <<'EOF'
 import lzma, sys
 data = open(sys.argv[1], "rb").read()
 off = data.find(b"\xfd7zXZ\x00")
-if off < 0:
-    sys.exit("no xz stream in " + sys.argv[1])
-out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[off:])
+out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[off:]) if off >= 0 else b""
 if out[:4] != b"\x7fELF":
-    sys.exit("xz stream is not an ELF vmlinux")
+    # Not an xz-compressed kernel: QEMU boots the bzImage itself.
+    out = data
 open(sys.argv[2], "wb").write(out)
 EOF
 
@@ -93,10 +96,10 @@ EOF
 ensure_image() {
 	local key1 key2 dir tmp t0
 	key1=$(hash_of <(echo "$GUEST_SUITE $GUEST_PACKAGES") "$HERE/image.sh")
-	dir="$CACHE/rootfs-$key1"
+	dir="$CACHE/rootfs-$GUEST_SUITE-$key1"
 	if [ ! -f "$dir/versions.txt" ]; then
 		t0=$(date +%s)
-		tmp="$CACHE/.rootfs-$key1.$$"
+		tmp="$CACHE/.rootfs-$GUEST_SUITE-$key1.$$"
 		rm -rf "$tmp"
 		mkdir -p "$tmp"
 		BUILD_TMP=$tmp # removed by interop/run's exit trap if we are stopped
@@ -109,21 +112,25 @@ ensure_image() {
 		rm -rf "$dir"
 		mv "$tmp" "$dir"
 		BUILD_TMP=""
-		# Rootfs trees of other package lists or build scripts are stale.
-		find "$CACHE" -maxdepth 1 -name 'rootfs-*' ! -name "rootfs-$key1" -exec rm -rf {} +
+		# Rootfs trees of this release's other package lists or build
+		# scripts are stale (and those of the names before releases).
+		find "$CACHE" -maxdepth 1 \( -name "rootfs-$GUEST_SUITE-*" -o -regex '.*/rootfs-[0-9a-f]+' \) \
+			! -name "rootfs-$GUEST_SUITE-$key1" -exec rm -rf {} +
 		echo "interop: rootfs built in $(($(date +%s) - t0)) s: $dir" >&2
 		echo "$(($(date +%s) - t0))" >"$dir/build-seconds"
 	fi
 	key2=$(hash_of <(echo "$key1") "$HERE/guest-init.sh")
-	IMAGE="$CACHE/image-$key2.img"
+	IMAGE="$CACHE/image-$GUEST_SUITE-$key2.img"
 	if [ ! -f "$IMAGE" ]; then
 		t0=$(date +%s)
 		install -m 0755 "$HERE/guest-init.sh" "$dir/rootfs/guest-init.sh"
 		rm -f "$IMAGE.tmp"
 		nice -n 19 mkfs.ext4 -q -F -E root_owner=0:0 -d "$dir/rootfs" "$IMAGE.tmp" "$GUEST_IMAGE_SIZE"
 		mv "$IMAGE.tmp" "$IMAGE"
-		# Older images of the same rootfs are stale.
-		find "$CACHE" -maxdepth 1 -name 'image-*.img' ! -name "image-$key2.img" -delete
+		# Older images of this release are stale (and those named before
+		# releases).
+		find "$CACHE" -maxdepth 1 \( -name "image-$GUEST_SUITE-*.img" -o -regex '.*/image-[0-9a-f]+\.img' \) \
+			! -name "image-$GUEST_SUITE-$key2.img" -delete
 		echo "interop: image built in $(($(date +%s) - t0)) s: $IMAGE" >&2
 	fi
 	VMLINUX="$dir/vmlinux"
