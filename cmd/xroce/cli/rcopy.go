@@ -169,9 +169,11 @@ func errnoOf(err error) uint32 {
 }
 
 // config is the stream's: rsocket's protocol and its retry count 7 (for
-// ever, as between two rcopy), so a stalled peer is waited for.
+// ever, as between two rcopy), so a stalled peer is waited for, also at
+// close (at most cmPeerTimeout).
 func (r *rcopy) config() stream.Config {
-	return stream.Config{Protocol: stream.ProtocolRsocket, RingSize: 1 << 20, Connect: roce.ConnectOptions{RetryCnt: 7}}
+	return stream.Config{Protocol: stream.ProtocolRsocket, RingSize: 1 << 20, Connect: roce.ConnectOptions{RetryCnt: 7},
+		Linger: cmPeerTimeout}
 }
 
 // openRcopyDevice opens the device of -d, else of the route to peer (a

@@ -312,14 +312,17 @@ func (r *rstream) open(ctx context.Context) error {
 // config is the stream's: rsocket's protocol, rstream's socket buffers
 // (-B, else 512 KiB) as the ring, keepalive -k, and rsocket's retry count
 // 7, which rxe and xroce take as for ever: a peer that stalls for a while
-// (an emulated guest under load) is waited for, as rstream waits.
+// (an emulated guest under load) is waited for, as rstream waits, and so
+// is the end of the last sends at close (rclose waits for ever; here at
+// most cmPeerTimeout).
 func (r *rstream) config() stream.Config {
 	ring := 1 << 19
 	if r.o.bufSize > 0 {
 		ring = min(max(r.o.bufSize, 4<<10), 2<<20) &^ 1
 	}
 	return stream.Config{Protocol: stream.ProtocolRsocket, RingSize: ring,
-		Keepalive: time.Duration(r.o.keepalive) * time.Second, Connect: roce.ConnectOptions{RetryCnt: 7}}
+		Keepalive: time.Duration(r.o.keepalive) * time.Second, Connect: roce.ConnectOptions{RetryCnt: 7},
+		Linger: cmPeerTimeout}
 }
 
 func (r *rstream) close() {

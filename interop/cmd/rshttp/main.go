@@ -56,8 +56,10 @@ func run(args []string) error {
 		return err
 	}
 	defer agent.Close()
-	// rsocket's retry count 7 (for ever): the emulated guest may stall.
-	ln, err := stream.Config{Connect: roce.ConnectOptions{RetryCnt: 7}}.ListenCM(agent, addr)
+	// rsocket's retry count 7 (for ever), and a minute for the last sends
+	// at close: the emulated guest may stall (a row of trixie's cmloss
+	// lost its answer when Close gave up after the default 5 s).
+	ln, err := stream.Config{Connect: roce.ConnectOptions{RetryCnt: 7}, Linger: time.Minute}.ListenCM(agent, addr)
 	if err != nil {
 		return err
 	}
