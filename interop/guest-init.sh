@@ -132,31 +132,58 @@ detail() {
 }
 
 # pair NAME TIMEOUT SERVER_CMD... -- CLIENT_ARGS...: run the server, then the
-# same tool as a client against it; PASS when both exit 0.
+# same tool as a client against it; PASS when both exit 0. These rows are
+# rxe against rxe (the guest's own check, no xroce in them): a run that
+# fails is run once more, and passes, saying so, when the second run does:
+# rxe 6.1 has a stall of its requester under loss (see interop/README.md,
+# "Known failures"; CI met it once in loss.rc_pingpong.s4097, the client
+# killed after 60 s with its server done). The first run's logs stay as
+# NAME.*.txt.first.
 pair() { rowrun _pair "$@"; }
 _pair() {
-	local name=$1 to=$2 t0 srv=() cli=() spid src crc
+	local name=$1 to=$2 t0 srv=() cli=() try why="" f
 	shift 2
 	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
 	t0=$(now)
+	for try in 1 2; do
+		_pair_run "$name" "$to" "${srv[@]}" -- "${cli[@]}"
+		[ -z "$PAIR_WHY" ] && break
+		[ $try = 1 ] || break
+		why=$PAIR_WHY
+		for f in /out/logs/"$name".{server,client}.txt; do [ -e "$f" ] && mv "$f" "$f.first"; done
+	done
+	if [ -z "$PAIR_WHY" ]; then
+		result "$name" PASS "$t0" "$(detail "/out/logs/$name.client.txt")${why:+; passed on a second run (the first: $why)}"
+	else
+		result "$name" FAIL "$t0" "$PAIR_WHY${why:+ (twice; the first: $why)}"
+	fi
+}
+
+# _pair_run NAME TIMEOUT SERVER_CMD... -- CLIENT_ARGS...: one run of a pair
+# row; PAIR_WHY is empty when both ended 0, else why not.
+_pair_run() {
+	local name=$1 to=$2 srv=() cli=() spid src crc
+	shift 2
+	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	PAIR_WHY=""
 	timeout -s KILL "$to" "${srv[@]}" >"/out/logs/$name.server.txt" 2>&1 &
 	spid=$!
 	if ! wait_listen 18515; then
 		stop "$spid"
 		wait "$spid"
-		result "$name" FAIL "$t0" "server did not listen on 18515"
+		PAIR_WHY="server did not listen on 18515"
 		return
 	fi
 	timeout -s KILL "$to" "${cli[@]}" >"/out/logs/$name.client.txt" 2>&1
 	crc=$?
 	wait "$spid"
 	src=$?
-	if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
-		result "$name" PASS "$t0" "$(detail "/out/logs/$name.client.txt")"
-	else
-		result "$name" FAIL "$t0" "server exit $src, client exit $crc: $(grep -v '^ *$' "/out/logs/$name.client.txt" | tail -1 | cut -c1-100)"
+	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+		PAIR_WHY="server exit $src, client exit $crc: $(grep -v '^ *$' "/out/logs/$name.client.txt" | tail -1 | cut -c1-100)"
 	fi
 }
 

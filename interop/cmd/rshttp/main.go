@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -31,6 +32,33 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rshttp:", err)
 		os.Exit(1)
 	}
+}
+
+// loggingListener logs how each connection's CloseWrite and Close end,
+// with its counters: net/http drops those errors, and a row that fails
+// needs them.
+type loggingListener struct{ *stream.Listener }
+
+func (l loggingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return loggingConn{c.(*stream.Conn)}, nil
+}
+
+type loggingConn struct{ *stream.Conn }
+
+func (c loggingConn) CloseWrite() error {
+	err := c.Conn.CloseWrite()
+	fmt.Printf("%v: CloseWrite: %v\n", c.Conn, err)
+	return err
+}
+
+func (c loggingConn) Close() error {
+	err := c.Conn.Close()
+	fmt.Printf("%v: Close: %v; %+v\n", c.Conn, err, c.Conn.Stats())
+	return err
 }
 
 func run(args []string) error {
@@ -100,7 +128,7 @@ func run(args []string) error {
 		}
 	})}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(loggingListener{ln}) }()
 	fmt.Printf("rshttp: listening on %v (%s)\n", addr, *ifname)
 	select {
 	case <-done:
