@@ -3,6 +3,7 @@ package perftest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -329,5 +330,31 @@ func TestStyle2501(t *testing.T) {
 	}
 	if Style2501.Version() != "6.24" || Style45.Version() != Version {
 		t.Errorf("versions %q %q", Style2501.Version(), Style45.Version())
+	}
+}
+
+// fakeTransport delivers recv and fails sends with sendErr.
+type fakeTransport struct {
+	recv    []byte
+	sendErr error
+}
+
+func (f *fakeTransport) Send(b []byte) error { return f.sendErr }
+func (f *fakeTransport) Recv(b []byte) error { copy(b, f.recv); return nil }
+
+// Over rdma_cm the server's last SEND may be flushed by the client's DREQ
+// once the client has it: Close is content then, and not for other
+// errors, nor on the client's side.
+func TestCloseServerPeerGone(t *testing.T) {
+	var d Dest
+	gone := fmt.Errorf("%w (flushed)", ErrPeerClosed)
+	if err := NewCMConn(&fakeTransport{recv: make([]byte, PingpongDestSize), sendErr: gone}, false).Close(&d); err != nil {
+		t.Errorf("server, peer gone after our last SEND: %v", err)
+	}
+	if err := NewCMConn(&fakeTransport{recv: make([]byte, PingpongDestSize), sendErr: ErrBadMessage}, false).Close(&d); err == nil {
+		t.Error("server, another send error: nil")
+	}
+	if err := NewCMConn(&fakeTransport{recv: make([]byte, PingpongDestSize), sendErr: gone}, true).Close(&d); err == nil {
+		t.Error("client, peer gone: nil")
 	}
 }

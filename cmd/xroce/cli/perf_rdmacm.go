@@ -178,7 +178,7 @@ func (c *cmChannel) next(cq *roce.CQ) (roce.WC, error) {
 // why says that err comes of the peer's disconnecting, when it does.
 func (c *cmChannel) why(err error) error {
 	if c.conn != nil && errors.Is(c.conn.Err(), cm.ErrDisconnected) {
-		return fmt.Errorf("the peer disconnected the rdma_cm control connection (%w)", err)
+		return fmt.Errorf("%w (the rdma_cm control connection; %w)", perftest.ErrPeerClosed, err)
 	}
 	return err
 }
