@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -915,7 +916,18 @@ func waitCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time,
 const waitPolls = 200
 
 func wcError(wc *roce.WC) error {
-	return fmt.Errorf("completion with error: %v (%d) on QP %#x, wr_id %d", wc.Status, int(wc.Status), wc.QPN, wc.ID)
+	return &wcStatusError{status: wc.Status, qpn: wc.QPN, id: wc.ID}
+}
+
+// wcStatusError is a completion that failed.
+type wcStatusError struct {
+	status roce.WCStatus
+	qpn    uint32
+	id     uint64
+}
+
+func (e *wcStatusError) Error() string {
+	return fmt.Sprintf("completion with error: %v (%d) on QP %#x, wr_id %d", e.status, int(e.status), e.qpn, e.id)
 }
 
 // sendWR builds QP i's request of size bytes.
@@ -1189,6 +1201,9 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 		for ccnt < scnt {
 			n, err := r.pollOne(ctx, r.scq)
 			if err != nil {
+				if scnt == iters && rcnt == iters && r.peerDone(err) {
+					return scnt, nil
+				}
 				return scnt, err
 			}
 			ccnt += n
@@ -1327,11 +1342,33 @@ func (r *perfRun) sendLat(ctx context.Context, size, iters int, end, origin time
 	for ccnt < scnt {
 		n, err := r.pollOne(ctx, r.scq)
 		if err != nil {
+			if r.peerDone(err) {
+				return scnt, nil
+			}
 			return scnt, err
 		}
 		ccnt += n
 	}
 	return scnt, nil
+}
+
+// peerDone says whether err, met waiting for the completion of this side's
+// last message of a latency test, is the peer's having ended: the peer
+// disconnects once it has that message (its loop ends there), and when the
+// ACK of it is lost its DREQ comes first, which flushes the send (as
+// perftest, which does not wait for that completion, never sees). Only
+// with rdma_cm, where the disconnection is known.
+func (r *perfRun) peerDone(err error) bool {
+	var wcErr *wcStatusError
+	if !errors.As(err, &wcErr) || wcErr.status != roce.WCWRFlushErr || r.cm == nil {
+		return false
+	}
+	for _, c := range r.cm.data {
+		if errors.Is(c.Err(), cm.ErrDisconnected) {
+			return true
+		}
+	}
+	return false
 }
 
 // pollOne waits for completions on cq and checks their status.
