@@ -111,7 +111,13 @@ func NewCMConn(t Transport, client bool) *Conn { return &Conn{t: t, client: clie
 
 // Exchange sends mine and receives len(theirs) bytes into theirs: the
 // client sends first, the server receives first.
-func (c *Conn) Exchange(mine, theirs []byte) error {
+func (c *Conn) Exchange(mine, theirs []byte) error { return c.exchange(mine, theirs, false) }
+
+// exchange is Exchange; last says this is the final exchange, where the
+// server's answer failing with ErrPeerClosed is no failure: a client that
+// has its answer ends and disconnects at once, and its DREQ may flush the
+// server's SEND before the ACK of it came back (a lost ACK).
+func (c *Conn) exchange(mine, theirs []byte, last bool) error {
 	if c.client {
 		if err := c.t.Send(mine); err != nil {
 			return err
@@ -121,7 +127,10 @@ func (c *Conn) Exchange(mine, theirs []byte) error {
 	if err := c.t.Recv(theirs); err != nil {
 		return err
 	}
-	return c.t.Send(mine)
+	if err := c.t.Send(mine); err != nil && !(last && errors.Is(err, ErrPeerClosed)) {
+		return err
+	}
+	return nil
 }
 
 // Versions exchanges version strings and checks the peer's.
@@ -262,7 +271,10 @@ func ParseDest(b []byte) (Dest, error) {
 }
 
 // HandShake exchanges addresses: the client sends first.
-func (c *Conn) HandShake(my *Dest) (Dest, error) {
+func (c *Conn) HandShake(my *Dest) (Dest, error) { return c.handShake(my, false) }
+
+// handShake is HandShake; last is as for exchange.
+func (c *Conn) handShake(my *Dest, last bool) (Dest, error) {
 	var m, t [DestSize]byte
 	n := DestSize
 	if c.tcp == nil {
@@ -271,7 +283,7 @@ func (c *Conn) HandShake(my *Dest) (Dest, error) {
 	} else {
 		my.Marshal(m[:])
 	}
-	if err := c.Exchange(m[:n], t[:n]); err != nil {
+	if err := c.exchange(m[:n], t[:n], last); err != nil {
 		return Dest{}, fmt.Errorf("address exchange: %w", err)
 	}
 	if c.tcp == nil {
@@ -337,23 +349,8 @@ func (c *Conn) BWReports(my BWReport) (BWReport, error) {
 // the last exchange is all; the caller ends the connections.
 func (c *Conn) Close(my *Dest) error {
 	if c.tcp == nil {
-		if c.client {
-			_, err := c.HandShake(my)
-			return err
-		}
-		// The server answers last. A client that has its answer ends
-		// and disconnects at once, and its DREQ may flush our SEND
-		// before the ACK of it came back (a lost ACK): the peer had
-		// what it waited for, so that is no failure.
-		var m, t [PingpongDestSize]byte
-		my.PutPingpongDest(m[:])
-		if err := c.t.Recv(t[:]); err != nil {
-			return fmt.Errorf("address exchange: %w", err)
-		}
-		if err := c.t.Send(m[:]); err != nil && !errors.Is(err, ErrPeerClosed) {
-			return fmt.Errorf("address exchange: %w", err)
-		}
-		return nil
+		_, err := c.handShake(my, true)
+		return err
 	}
 	defer c.tcp.Close()
 	if _, err := c.HandShake(my); err != nil {

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -1360,15 +1359,7 @@ func (r *perfRun) sendLat(ctx context.Context, size, iters int, end, origin time
 // with rdma_cm, where the disconnection is known.
 func (r *perfRun) peerDone(err error) bool {
 	var wcErr *wcStatusError
-	if !errors.As(err, &wcErr) || wcErr.status != roce.WCWRFlushErr || r.cm == nil {
-		return false
-	}
-	for _, c := range r.cm.data {
-		if errors.Is(c.Err(), cm.ErrDisconnected) {
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &wcErr) && wcErr.status == roce.WCWRFlushErr && r.peerDisconnected()
 }
 
 // pollOne waits for completions on cq and checks their status.

@@ -595,13 +595,22 @@ func (r *perfRun) cmClose(ok bool) {
 // cmErr adds to err that the peer disconnected the data connections, when
 // it did (its process ended, say).
 func (r *perfRun) cmErr(err error) error {
+	if r.peerDisconnected() {
+		return fmt.Errorf("%w (the peer disconnected the rdma_cm data connections)", err)
+	}
+	return err
+}
+
+// peerDisconnected says whether the peer disconnected one of the rdma_cm
+// data connections; false without rdma_cm, where nothing tells.
+func (r *perfRun) peerDisconnected() bool {
 	if r.cm == nil {
-		return err
+		return false
 	}
 	for _, c := range r.cm.data {
 		if errors.Is(c.Err(), cm.ErrDisconnected) {
-			return fmt.Errorf("%w (the peer disconnected the rdma_cm data connections)", err)
+			return true
 		}
 	}
-	return err
+	return false
 }
