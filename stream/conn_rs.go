@@ -240,13 +240,25 @@ func (c *Conn) rsPostCtrlLocked(m rsCtrl) {
 		c.sgl[0] = c.stageMR.SGE(int(c.rs.stageSize)+m.slot*rsSGESize, rsSGESize)
 		wr.SGL, wr.RemoteAddr, wr.RKey = c.sgl[:1], m.addr, m.key
 	}
-	if err := c.qp.PostSend(&wr); err != nil {
+	if err := c.rsPostLocked(&wr, false); err != nil {
 		c.failLocked(err)
-		return
+	}
+}
+
+// rsPostLocked posts wr, a DATA message when data (else a control one),
+// and counts it as in flight.
+func (c *Conn) rsPostLocked(wr *roce.SendWR, data bool) error {
+	if err := c.qp.PostSend(wr); err != nil {
+		return err
 	}
 	c.sendsOut++
 	c.posts++
-	c.stats.CreditMsgs++
+	if data {
+		c.stats.DataMsgs++
+	} else {
+		c.stats.CreditMsgs++
+	}
+	return nil
 }
 
 // rsCreditsLocked grants the peer more while a grant is due.
@@ -336,13 +348,10 @@ func (c *Conn) rsWrite(p []byte) (int, error) {
 		}
 		wr := roce.SendWR{ID: uint64(d.imm), Opcode: roce.WRRDMAWriteWithImm, SGL: sgl, Imm: d.imm,
 			RemoteAddr: d.addr, RKey: d.key}
-		if err := c.qp.PostSend(&wr); err != nil {
+		if err := c.rsPostLocked(&wr, true); err != nil {
 			c.failLocked(err)
 			return done, c.opError("write", c.err)
 		}
-		c.sendsOut++
-		c.posts++
-		c.stats.DataMsgs++
 		c.stats.BytesWritten += uint64(n)
 		c.stats.IndirectBytes += uint64(n)
 		done += n
