@@ -137,6 +137,7 @@ func TestAttackGSI(t *testing.T) {
 	})
 	t.Run("REQ flood", func(t *testing.T) {
 		const n = 2000
+		noRecv := d.Stats().RxNoRecv
 		for i := range uint32(n) {
 			send(qp.GSIQKey, req(1000+i, nil))
 			if i%256 == 255 {
@@ -150,8 +151,12 @@ func TestAttackGSI(t *testing.T) {
 		if conns > backlog || reqs > backlog {
 			t.Fatalf("%d connections and %d requests held after a flood, backlog %d", conns, reqs, backlog)
 		}
-		if st.Refused.Load() < n-backlog-100 {
-			t.Fatalf("refused only %d", st.Refused.Load())
+		// A REQ the GSI QP had no receive request for is dropped
+		// silently (UD: a loaded machine falls behind the
+		// flood); every other one beyond the backlog is refused.
+		refused, dropped := st.Refused.Load(), d.Stats().RxNoRecv-noRecv
+		if refused+dropped < n-backlog-100 || refused < n/2 {
+			t.Fatalf("refused %d and dropped %d for want of receive requests of %d REQs", refused, dropped, n)
 		}
 	})
 }
