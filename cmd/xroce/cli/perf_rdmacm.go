@@ -44,8 +44,9 @@ const (
 	// perfMinRNRTimer is perftest's MIN_RNR_TIMER: the RNR NAK timer its
 	// server sets on its RC data QPs once it has accepted them.
 	perfMinRNRTimer = 12
-	// perfCMLinger is how long the server waits for the client's DREQs
-	// before it disconnects the data connections itself.
+	// perfCMLinger is the least the server waits for the client's DREQs
+	// before it disconnects the data connections itself (see
+	// perfRun.cmLinger).
 	perfCMLinger = 500 * time.Millisecond
 )
 
@@ -559,7 +560,7 @@ func (r *perfRun) cmClose(ok bool) {
 	if ok && len(p.data) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), r.o.timeout)
 		if r.server {
-			linger := time.NewTimer(perfCMLinger)
+			linger := time.NewTimer(r.cmLinger())
 		wait:
 			for _, c := range p.data {
 				select {
@@ -590,6 +591,25 @@ func (r *perfRun) cmClose(ok bool) {
 	if p.ctl != nil {
 		p.ctl.destroy()
 	}
+}
+
+// cmLinger is how long the server lets the data QPs answer after its
+// run: a latency test's server ends when the client's last message has
+// arrived, but the client still waits for the ACK of it, and when that ACK
+// is lost only the QP can answer the retransmission, one local ACK
+// timeout later (perftest's server disconnects at once, and the client,
+// retrying forever with retry_cnt 7, hangs). So the server waits up to
+// three of its own ACK timeouts (the client's comes from the same REQ
+// fields), at least perfCMLinger and at most -timeout; a client that
+// disconnects ends the wait at once.
+func (r *perfRun) cmLinger() time.Duration {
+	d := perfCMLinger
+	for _, p := range r.qps {
+		if a, err := p.qp.Query(); err == nil && a.Timeout != 0 {
+			d = max(d, 3*(4096*time.Nanosecond<<a.Timeout))
+		}
+	}
+	return min(d, r.o.timeout)
 }
 
 // cmErr adds to err that the peer disconnected the data connections, when
