@@ -20,8 +20,8 @@
 // # Concurrency
 //
 // A Link has one owner goroutine: Alloc, Transmit, Receive and Release must be
-// called from one goroutine at a time. Wakeup, Info, Stats and Close may be
-// called from any goroutine.
+// called from one goroutine at a time (a ConcurrentTransmitter relaxes this).
+// Wakeup, Info, Stats and Close may be called from any goroutine.
 package link
 
 import (
@@ -72,6 +72,24 @@ type Link interface {
 
 	// Close releases everything the link holds. It is idempotent.
 	Close() error
+}
+
+// ConcurrentTransmitter is the optional capability of a Link whose Alloc,
+// Transmit and Release may be called by one goroutine while the owner waits
+// in Receive (AF_XDP sockets allow it): the caller can then send at once
+// instead of waking the owner to send for it. A wrapper around a Link
+// implements it by asking the link it wraps, so that wrapping does not
+// change how frames are sent.
+type ConcurrentTransmitter interface {
+	// ConcurrentTransmit reports whether the link allows it.
+	ConcurrentTransmit() bool
+}
+
+// ConcurrentTransmit reports whether l is a ConcurrentTransmitter that
+// allows transmitting while its owner waits in Receive.
+func ConcurrentTransmit(l Link) bool {
+	c, ok := l.(ConcurrentTransmitter)
+	return ok && c.ConcurrentTransmit()
 }
 
 // Info describes an open link.

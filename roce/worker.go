@@ -93,7 +93,7 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 		return nil, fmt.Errorf("roce: worker %d: %w", id, err)
 	}
 	w.eng = eng
-	if c, ok := l.(interface{ ConcurrentTransmit() bool }); ok && c.ConcurrentTransmit() && !d.cfg.BusyPoll {
+	if link.ConcurrentTransmit(l) && !d.cfg.BusyPoll {
 		w.direct = true
 	}
 	w.deadline.Store(int64(qp.Never))

@@ -329,9 +329,10 @@ func (s *Socket) locate(b []byte) (bufKind, uint32) {
 	return bufForeign, 0
 }
 
-// ConcurrentTransmit reports true: Alloc, Transmit and Release may be
-// called by one goroutine while the owner waits in Receive, so that a
-// caller can send at once instead of waking the owner to do it.
+// ConcurrentTransmit reports true (link.ConcurrentTransmitter): Alloc,
+// Transmit and Release may be called by one goroutine while the owner waits
+// in Receive, so that a caller can send at once instead of waking the owner
+// to do it.
 func (s *Socket) ConcurrentTransmit() bool { return true }
 
 // Wakeup implements link.Link.

@@ -237,6 +237,11 @@ func WrapAll(links []link.Link, r *Recorder, label string, dirs Dir) []link.Link
 	return out
 }
 
+// ConcurrentTransmit forwards the wrapped link's answer
+// (link.ConcurrentTransmitter): recording takes the Recorder's lock, so
+// Transmit may run beside Receive when the wrapped link allows it.
+func (l *Link) ConcurrentTransmit() bool { return link.ConcurrentTransmit(l.Link) }
+
 // Unwrap returns the wrapped link.
 func (l *Link) Unwrap() link.Link { return l.Link }
 

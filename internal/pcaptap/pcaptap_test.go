@@ -227,3 +227,42 @@ func BenchmarkRecord(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*64/b.Elapsed().Seconds(), "frames/s")
 }
+
+// concurrentEnd is a pipe end that allows transmitting beside Receive, as
+// an AF_XDP socket does.
+type concurrentEnd struct{ *link.PipeEnd }
+
+func (concurrentEnd) ConcurrentTransmit() bool { return true }
+
+// A wrapped link offers link.ConcurrentTransmitter exactly when the link it
+// wraps allows it, so that a device over tapped links sends as it would
+// without the tap.
+func TestWrapForwardsConcurrentTransmit(t *testing.T) {
+	a, b := link.NewPipe(link.PipeConfig{Seed: 1})
+	defer a.Close()
+	defer b.Close()
+	rec, err := New(io.Discard, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		l    link.Link
+		want bool
+	}{
+		{"pipe", a, false},
+		{"concurrent", concurrentEnd{b}, true},
+	} {
+		if got := link.ConcurrentTransmit(c.l); got != c.want {
+			t.Fatalf("%s: ConcurrentTransmit(unwrapped) = %v, want %v", c.name, got, c.want)
+		}
+		w := Wrap(c.l, rec, c.name, Both)
+		if got := link.ConcurrentTransmit(w); got != c.want {
+			t.Errorf("%s: ConcurrentTransmit(Wrap) = %v, want %v", c.name, got, c.want)
+		}
+		ww := WrapAll([]link.Link{w}, rec, c.name, TX)[0]
+		if got := link.ConcurrentTransmit(ww); got != c.want {
+			t.Errorf("%s: ConcurrentTransmit(Wrap(Wrap)) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
