@@ -50,7 +50,7 @@ lint: ## gofmt, go vet and staticcheck; fails on any finding.
 test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark, the rxe VM).
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
 	@echo "benchmarks: each ran once, ok"
-	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./examples/... ./stream/... ./cm/... ./mad/...
+	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./nic/... ./examples/... ./stream/... ./cm/... ./mad/...
 	XROCE_1GIB=1 $(GO) test -count=1 -timeout 20m $(PKGS)
 	bash interop/run $(INTEROP)
 

@@ -17,7 +17,7 @@ func TestAttackVeth(t *testing.T) {
 	var d *Device
 	if err := p.A.Do(func() error {
 		var err error
-		d, err = Open(p.A.Ifname, Config{Datapath: DatapathXDP})
+		d, err = openVeth(p.A, Config{}, vethOpts{}, nil)
 		return err
 	}); err != nil {
 		t.Fatalf("open %s: %v", p.A.Ifname, err)

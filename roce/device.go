@@ -10,10 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xroce/xroce/afpacket"
 	"github.com/xroce/xroce/link"
 	"github.com/xroce/xroce/qp"
-	"github.com/xroce/xroce/xdp"
 )
 
 // Sentinel errors; errors.Is finds them in the errors this package returns.
@@ -30,46 +28,15 @@ var (
 	// ErrPin: the memory of a region could not be locked (mlock); raise
 	// RLIMIT_MEMLOCK or grant CAP_IPC_LOCK, or set Config.NoPin.
 	ErrPin = errors.New("roce: cannot pin memory region (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK)")
-	// ErrNoDatapath: neither AF_XDP nor AF_PACKET could be opened.
-	ErrNoDatapath = errors.New("roce: no datapath available (AF_XDP and AF_PACKET both failed)")
 	// ErrUnreachable: address resolution found no route or no neighbour.
 	ErrUnreachable = errors.New("roce: peer unreachable")
 	// ErrCQOverflow: a completion queue was full and a completion was lost.
 	ErrCQOverflow = errors.New("roce: completion queue overflow")
 )
 
-// Datapath values for Config.Datapath and Info.Datapath.
-const (
-	DatapathAuto     = ""          // AF_XDP if available, else AF_PACKET
-	DatapathXDP      = "af_xdp"    // AF_XDP sockets (package xdp)
-	DatapathAFPacket = "af_packet" // AF_PACKET socket (package afpacket)
-	DatapathLinks    = "links"     // links given to NewDevice (a pipe in tests)
-)
-
-// Config configures Open and NewDevice. The zero value gives the defaults.
+// Config configures NewDevice (and package nic's Open). The zero value
+// gives the defaults.
 type Config struct {
-	// Datapath is DatapathAuto (default), DatapathXDP or DatapathAFPacket
-	// (Open only).
-	Datapath string
-	// Queues is the number of NIC queues, one worker goroutine each (Open
-	// only), queues 0 to Queues-1. 0 means all the interface's receive
-	// queues (at most 64): RoCE frames the NIC steers to a queue without
-	// a socket go to the kernel and are lost, so serve them all (or steer
-	// RoCE to the served queues with ethtool). AF_PACKET always uses one.
-	Queues int
-	// XDP configures the AF_XDP sockets; Queues is filled in by Open. Set
-	// XDP.Steering to supply your own attached XDP program (Device.XDPProgram
-	// gives the one Open loaded, for example to inject loss with
-	// bpf.Program.SetLoss). XDP.Spin trades CPU for latency: measured on
-	// veth between two processes on 2 shared cores (internal/benchreport),
-	// 20 µs took the 8-byte RC latency p50 from about 30 µs to 7–8 µs at
-	// the same bandwidth; but with both devices in one process (or other
-	// busy goroutines) the spinning worker holds a P the others need, and
-	// ping-pong got 5× slower.
-	XDP xdp.Config
-	// AFPacket configures the AF_PACKET fallback.
-	AFPacket afpacket.Config
-
 	// BusyPoll makes the workers spin on their links instead of sleeping
 	// in Receive: lowest latency, one core per worker at 100%. Default:
 	// blocking mode.
@@ -97,14 +64,21 @@ type Config struct {
 	MaxInflight int
 
 	// Addrs are the device's IP addresses (its GIDs after the link-local
-	// one). Open reads them from the interface when this is empty;
-	// NewDevice needs them.
+	// one).
 	Addrs []netip.Addr
 	// Neighbors are static IP → MAC entries that Resolve consults first.
-	// NewDevice has only these.
 	Neighbors map[netip.Addr]net.HardwareAddr
-	// ResolveTimeout bounds Resolve's wait for ARP/NDP; 0 means 3 s.
+	// Resolver finds the peers that are not in Neighbors (package nic's
+	// asks the kernel); nil: Resolve knows only Neighbors.
+	Resolver Resolver
+	// ResolveTimeout bounds Resolve's wait for the Resolver; 0 means 3 s.
 	ResolveTimeout time.Duration
+
+	// Closer, when set, is closed by Close (and by NewDevice when it
+	// fails) after the workers stopped, in place of the links: whatever
+	// opened them and must go with them, such as an xdp.Device and its
+	// XDP program, and the Resolver. nil: the links are closed.
+	Closer io.Closer
 
 	// noGoroutines (tests) starts no worker goroutines: Progress does
 	// all the work.
@@ -129,15 +103,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: batch %d out of range 1..4096: %w", c.Batch, ErrInvalid)
 	case c.MaxMR < 1 || c.MaxMR > 1<<24-1:
 		return c, fmt.Errorf("config: MaxMR %d out of range: %w", c.MaxMR, ErrInvalid)
-	case c.Queues < 0 || c.Queues > 64:
-		return c, fmt.Errorf("config: %d queues: %w", c.Queues, ErrInvalid)
 	case c.Forward < 1:
 		return c, fmt.Errorf("config: forward %d: %w", c.Forward, ErrInvalid)
-	}
-	switch c.Datapath {
-	case DatapathAuto, DatapathXDP, DatapathAFPacket:
-	default:
-		return c, fmt.Errorf("config: unknown datapath %q: %w", c.Datapath, ErrInvalid)
 	}
 	return c, nil
 }
@@ -149,13 +116,10 @@ type Info struct {
 	MAC       net.HardwareAddr // Ethernet address
 	MTU       int              // interface MTU (IP packet size)
 	ActiveMTU MTU              // the port's RoCE MTU: MTU − 80 rounded down, as rxe (1500 → 1024)
-	Datapath  string           // DatapathXDP, DatapathAFPacket or DatapathLinks
+	Datapath  string           // the links' kind (link.Info.Kind): "af_xdp", "af_packet", "pipe"
 	Mode      string           // link mode: "copy" or "zero-copy" for AF_XDP
-	Attach    string           // XDP attach mode: "driver", "generic", "" if the caller's program
 	Queues    int              // workers, one per link
 	BusyPoll  bool
-	// Fallback says why AF_XDP was not used when Open fell back to AF_PACKET.
-	Fallback string
 }
 
 // Device is a RoCE v2 device over one network interface (or a set of links):
@@ -169,8 +133,7 @@ type Device struct {
 	local   []netip.Addr
 	epoch   time.Time
 	workers []*worker
-	closer  io.Closer // the xdp.Device or links to close after the workers stop
-	res     resolver
+	closer  io.Closer // Config.Closer or the links, closed after the workers stop
 	mrs     mrTable
 	events  chan Event
 	done    chan struct{} // closed by Close
@@ -200,14 +163,19 @@ func (l linksCloser) Close() error {
 	return errors.Join(errs...)
 }
 
-// NewDevice makes a device over the given links, one worker each: for
-// tests and simulations (link.NewPipe) or datapaths opened by the caller.
-// cfg.Addrs must name the device's IP addresses. The device owns the links
+// NewDevice makes a device over the given links, one worker each: a
+// network interface's queues (package nic's Open does this), or an
+// in-memory link.NewPipe for tests and simulations. cfg.Addrs must name
+// the device's IP addresses. The device owns the links (or cfg.Closer)
 // and closes them on Close, also when NewDevice fails.
 func NewDevice(links []link.Link, cfg Config) (*Device, error) {
-	d, err := newDevice(links, linksCloser(links), cfg, DatapathLinks)
+	var closer io.Closer = linksCloser(links)
+	if cfg.Closer != nil {
+		closer = cfg.Closer
+	}
+	d, err := newDevice(links, closer, cfg)
 	if err != nil {
-		linksCloser(links).Close()
+		closer.Close()
 		return nil, err
 	}
 	return d, nil
@@ -225,7 +193,7 @@ func activeMTU(mtu, maxFrame int) MTU {
 }
 
 // newDevice starts the workers over links; on error the caller closes closer.
-func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string) (*Device, error) {
+func newDevice(links []link.Link, closer io.Closer, cfg Config) (*Device, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("roce: %w", err)
@@ -249,7 +217,7 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string)
 		cqs:     make(map[*CQ]struct{}),
 		info: Info{
 			Name: li.Name, Index: li.Index, MAC: li.MAC, MTU: li.MTU, ActiveMTU: am,
-			Datapath: datapath, Mode: li.Mode, Queues: len(links), BusyPoll: cfg.BusyPoll,
+			Datapath: li.Kind, Mode: li.Mode, Queues: len(links), BusyPoll: cfg.BusyPoll,
 		},
 	}
 	d.mrs.init(cfg.MaxMR, cfg.NoPin)
@@ -257,7 +225,6 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string)
 	for _, g := range d.gids {
 		d.local = append(d.local, g.Unmap())
 	}
-	d.res.static = cfg.Neighbors
 	for i, l := range links {
 		w, err := newWorker(d, i, l, len(links))
 		if err != nil {
@@ -475,7 +442,7 @@ func (d *Device) Stats() Stats {
 
 // Close stops the device: every QP is moved to ERR, so that its
 // outstanding work requests complete with WR_FLUSH_ERR on their CQs, the
-// workers stop, the links (and the XDP program Open attached) are closed and
+// workers stop, the links (or Config.Closer) are closed and
 // every memory region is unpinned. Objects of the device return ErrClosed
 // afterwards; CQs can still be polled for the flushed completions. Close is
 // idempotent.
@@ -493,7 +460,6 @@ func (d *Device) Close() error {
 			errs = append(errs, d.closer.Close())
 		}
 		d.mrs.closeAll()
-		errs = append(errs, d.res.close())
 		d.closeErr = errors.Join(errs...)
 		if d.closeErr != nil {
 			d.closeErr = fmt.Errorf("roce: close: %w", d.closeErr)

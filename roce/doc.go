@@ -1,16 +1,17 @@
 // Package roce is xroce's verbs API: RoCE v2 (RDMA over Converged Ethernet
 // version 2, IBTA Vol. 1 Release 1.4 Annex A17) devices, protection
 // domains, memory regions, completion queues, queue pairs and shared
-// receive queues in user space, over AF_XDP (package xdp), AF_PACKET
-// (package afpacket) or any link.Link, after the verbs of IBTA Vol. 1
-// chapter 11 and libibverbs. The transport itself is package qp's engine.
+// receive queues in user space, over any link.Link, after the verbs of
+// IBTA Vol. 1 chapter 11 and libibverbs. The transport itself is package
+// qp's engine.
 //
 // # Devices and workers
 //
-// Open attaches to a network interface: AF_XDP sockets, one per NIC queue,
-// fed by package bpf's XDP program, or one AF_PACKET socket when AF_XDP is
-// not available; Info says which datapath and mode it got. NewDevice does
-// the same over links the caller made, such as link.NewPipe in tests.
+// NewDevice makes a device over a set of links: the queues of a network
+// interface, which package nic opens (AF_XDP sockets, one per NIC queue,
+// fed by package bpf's XDP program, or one AF_PACKET socket), or an
+// in-memory link.NewPipe in tests; Info says which kind of link and mode
+// it got.
 //
 // Each link has one worker goroutine that owns it and a qp.Engine. QPs are
 // sharded to workers by QP number (QPN modulo the number of workers; QPs on
@@ -79,8 +80,9 @@
 //
 // The GID table is built as rxe builds it: index 0 is the link-local
 // fe80::/64 address made from the MAC, then the interface's addresses,
-// IPv4 ones as ::ffff:a.b.c.d. Resolve finds a peer's MAC through the
-// kernel (route, then neighbour, triggering ARP or NDP when the entry is
+// IPv4 ones as ::ffff:a.b.c.d. Resolve finds a peer's MAC in
+// Config.Neighbors or asks Config.Resolver (package nic's asks the
+// kernel: route, then neighbour, triggering ARP or NDP when the entry is
 // missing). QP.Connect brings a QP to RTS towards an Endpoint, and
 // ConnectTCP swaps Endpoints over TCP with the exchange of ibv_rc_pingpong
 // (PingpongCodec) or with an rkey and address too (XroceCodec).

@@ -13,7 +13,7 @@ import (
 
 // Two devices joined by an in-memory pipe: an RC QP on each, connected,
 // then an RDMA WRITE, a SEND and a FETCH_ADD. On a real network use
-// roce.Open(ifname, roce.Config{}) and exchange Endpoints with ConnectTCP.
+// nic.Open(ifname, nic.Config{}) and exchange Endpoints with ConnectTCP.
 func Example() {
 	pa, pb := link.NewPipe(link.PipeConfig{})
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")

@@ -14,7 +14,7 @@ func BenchmarkVethWriteForwarded(b *testing.B) {
 	for _, skew := range []bool{false, true} {
 		for _, size := range []int{64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("%s/%d", map[bool]string{false: "same", true: "forwarded"}[skew], size), func(b *testing.B) {
-				da, db, _ := vethDevices(b, Config{Queues: 2}, false)
+				da, db, _ := vethDevices(b, Config{}, vethOpts{queues: 2})
 				if skew {
 					newSide(b, db, RC, 0, nil, nil)
 				}

@@ -3,6 +3,7 @@ package roce
 import (
 	"context"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -11,13 +12,22 @@ import (
 )
 
 // TestHelperPeerProcess is the peer of TestVethPeerKilled, run as a
-// separate process in the other namespace; it does nothing in a normal run.
+// separate process in the other namespace (the environment names its
+// interface, its address and its peer's); it does nothing in a normal run.
 func TestHelperPeerProcess(t *testing.T) {
 	dev := os.Getenv("XROCE_PEER_DEV")
 	if dev == "" {
 		return // not the helper process
 	}
-	d, err := Open(dev, Config{Datapath: DatapathXDP})
+	mac, err := net.ParseMAC(os.Getenv("XROCE_PEER_MAC"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Addrs:     []netip.Addr{netip.MustParseAddr(os.Getenv("XROCE_PEER_ADDR"))},
+		Neighbors: map[netip.Addr]net.HardwareAddr{netip.MustParseAddr(os.Getenv("XROCE_PEER_IP")): mac},
+	}
+	d, err := openXDP(dev, cfg, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +55,8 @@ func TestHelperPeerProcess(t *testing.T) {
 func TestVethPeerKilled(t *testing.T) {
 	p := netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
 	cmd := p.B.Command(os.Args[0], "-test.run=^TestHelperPeerProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "XROCE_PEER_DEV="+p.B.Ifname)
+	cmd.Env = append(os.Environ(), "XROCE_PEER_DEV="+p.B.Ifname, "XROCE_PEER_ADDR="+p.B.IP.String(),
+		"XROCE_PEER_IP="+p.A.IP.String(), "XROCE_PEER_MAC="+p.A.MAC.String())
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -58,7 +69,7 @@ func TestVethPeerKilled(t *testing.T) {
 	}()
 	var da *Device
 	if err := p.A.Do(func() (err error) {
-		da, err = Open(p.A.Ifname, Config{Datapath: DatapathXDP})
+		da, err = openVeth(p.A, Config{}, vethOpts{}, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -281,8 +281,6 @@ func testUD(t *testing.T, da, db *Device) {
 	}
 }
 
-func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
-
 func ipOf(d *Device) (ip netip.Addr) {
 	for _, a := range d.local {
 		if a.Is4() {

@@ -3,39 +3,46 @@ package roce
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xroce/xroce/afpacket"
 	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/link"
+	"github.com/xroce/xroce/xdp"
 )
 
-// vethDevices opens a device on each end of a veth pair between two new
-// network namespaces, with AF_XDP on 2 queues. With steer, each end gets
-// its own XDP program (for loss injection), returned in progs.
-func vethDevices(t testing.TB, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program) {
+// vethOpts says how vethPair opens the devices.
+type vethOpts struct {
+	queues   int  // AF_XDP queues, one worker each; 0: all of them (2)
+	afpacket bool // one AF_PACKET socket instead of AF_XDP
+	steer    bool // each end gets its own XDP program (for loss injection), returned in progs
+}
+
+// vethDevices opens a device on each end of a veth pair with 2 queues
+// between two new network namespaces, as o says: AF_XDP on all the queues
+// by default.
+func vethDevices(t testing.TB, cfg Config, o vethOpts) (da, db *Device, progs [2]*bpf.Program) {
 	t.Helper()
-	da, db, progs, _ = vethPair(t, cfg, steer)
+	da, db, progs, _ = vethPair(t, cfg, o)
 	return da, db, progs
 }
 
-func vethPair(t testing.TB, cfg Config, steer bool) (da, db *Device, progs [2]*bpf.Program, p *netns.Pair) {
+func vethPair(t testing.TB, cfg Config, o vethOpts) (da, db *Device, progs [2]*bpf.Program, p *netns.Pair) {
 	t.Helper()
 	p = netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
 	for i, h := range []*netns.Host{p.A, p.B} {
-		c := cfg
-		if c.Datapath == DatapathAuto {
-			c.Datapath = DatapathXDP
-		}
 		var d *Device
 		err := h.Do(func() error {
-			if steer && c.Datapath == DatapathXDP {
+			var steer xdp.Steering
+			if o.steer && !o.afpacket {
 				prog, err := bpf.Load(bpf.Options{})
 				if err != nil {
 					return err
@@ -46,10 +53,10 @@ func vethPair(t testing.TB, cfg Config, steer bool) (da, db *Device, progs [2]*b
 				}
 				progs[i] = prog
 				t.Cleanup(func() { prog.Close() })
-				c.XDP.Steering = prog
+				steer = prog
 			}
 			var err error
-			d, err = Open(h.Ifname, c)
+			d, err = openVeth(h, cfg, o, steer)
 			return err
 		})
 		if err != nil {
@@ -69,15 +76,66 @@ func vethPair(t testing.TB, cfg Config, steer bool) (da, db *Device, progs [2]*b
 	return da, db, progs, p
 }
 
+// openVeth opens a device on host h's end of its veth pair, as o says,
+// with h's addresses and its peer as a static neighbour (resolving through
+// the kernel is package nic's and tested there). It must run in h's
+// namespace.
+func openVeth(h *netns.Host, cfg Config, o vethOpts, steer xdp.Steering) (*Device, error) {
+	cfg.Addrs = []netip.Addr{h.IP}
+	cfg.Neighbors = map[netip.Addr]net.HardwareAddr{h.Peer.IP: h.Peer.MAC}
+	if h.IP6.IsValid() {
+		cfg.Addrs = append(cfg.Addrs, h.IP6.WithZone(""))
+		cfg.Neighbors[h.Peer.IP6.WithZone("")] = h.Peer.MAC
+	}
+	if o.afpacket {
+		l, err := afpacket.Open(h.Ifname, afpacket.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return NewDevice([]link.Link{l}, cfg)
+	}
+	return openXDP(h.Ifname, cfg, o.queues, steer)
+}
+
+// openXDP opens a device on AF_XDP sockets on queues 0 to queues-1 of
+// ifname (all its receive queues when queues is 0), with package bpf's XDP
+// program unless steer is given.
+func openXDP(ifname string, cfg Config, queues int, steer xdp.Steering) (*Device, error) {
+	if queues == 0 {
+		n, err := xdp.RxQueues(ifname)
+		if err != nil {
+			return nil, err
+		}
+		queues = n
+	}
+	xc := xdp.Config{Steering: steer}
+	for q := range queues {
+		xc.Queues = append(xc.Queues, q)
+	}
+	xd, err := xdp.Open(ifname, xc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Closer = xd
+	return NewDevice(xd.Links(), cfg)
+}
+
+// xdpProgram is the XDP program openXDP loaded for d.
+func xdpProgram(t testing.TB, d *Device) *bpf.Program {
+	t.Helper()
+	xd, ok := d.closer.(*xdp.Device)
+	if !ok || xd.Program() == nil {
+		t.Fatalf("device on %s has no XDP program of its own", d.Info().Name)
+	}
+	return xd.Program()
+}
+
 func TestVethInfo(t *testing.T) {
-	da, _, _ := vethDevices(t, Config{}, false)
+	da, _, _ := vethDevices(t, Config{}, vethOpts{})
 	info := da.Info()
 	t.Logf("%+v", info)
-	if info.Datapath != DatapathXDP || info.Queues != 2 || info.ActiveMTU != MTU1024 || info.Mode == "" {
+	if info.Datapath != "af_xdp" || info.Queues != 2 || info.ActiveMTU != MTU1024 || info.Mode == "" {
 		t.Fatalf("info %+v: want af_xdp on 2 queues with MTU 1024", info)
-	}
-	if prog := da.XDPProgram(); prog == nil || prog.Loss() != 0 {
-		t.Fatalf("XDPProgram() = %v, want the program Open loaded, without loss", prog)
 	}
 	gids := da.GIDs()
 	if len(gids) < 2 || !gids[0].IsLinkLocalUnicast() || gids[1].String() != "::ffff:198.18.0.1" {
@@ -86,30 +144,30 @@ func TestVethInfo(t *testing.T) {
 }
 
 func TestVethOps(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	a, b := rcPair(t, da, db, 4<<20)
 	testOps(t, a, b, []int{0, 1, 1024, 1025, 4096, 100000, 1 << 20, 4 << 20})
 }
 
 func TestVethManyQPs(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	newSide(t, db, RC, 0, nil, nil) // peers on the other worker: frames are forwarded
 	manyQPs(t, da, db, 64, 64<<10)
 	t.Logf("a: %+v", da.Stats().Forwarded)
 }
 
 func TestVethSRQ(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	testSRQ(t, da, db)
 }
 
 func TestVethUD(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	testUD(t, da, db)
 }
 
 func TestVethBusyPoll(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{BusyPoll: true, Queues: 1}, false)
+	da, db, _ := vethDevices(t, Config{BusyPoll: true}, vethOpts{queues: 1})
 	a, b := rcPair(t, da, db, 64<<10)
 	testOps(t, a, b, []int{64, 64 << 10})
 }
@@ -118,7 +176,7 @@ func TestVethBusyPoll(t *testing.T) {
 func TestVethLoss(t *testing.T) {
 	for _, loss := range []float64{0.01, 0.1} {
 		t.Run(fmt.Sprint(loss), func(t *testing.T) {
-			da, db, progs := vethDevices(t, Config{}, true)
+			da, db, progs := vethDevices(t, Config{}, vethOpts{steer: true})
 			a, b := newSide(t, da, RC, 1<<20, nil, nil), newSide(t, db, RC, 1<<20, nil, nil)
 			connect(t, a, b, ConnectOptions{Timeout: 10}) // 4 ms ACK timeout
 			for _, p := range progs {
@@ -137,16 +195,11 @@ func TestVethLoss(t *testing.T) {
 	}
 }
 
-// A big transfer of 4 MiB writes, checked with SHA-256: 64 MiB (16 MiB
-// with -short); 1 GiB with XROCE_1GIB=1 (about 15 s here).
-// TestVethLossOwnProgram injects loss with SetLoss on the program Open
-// loaded (Device.XDPProgram): transfers still complete, by retransmission.
+// TestVethLossOwnProgram injects loss with SetLoss on the program
+// xdp.Open loaded: transfers still complete, by retransmission.
 func TestVethLossOwnProgram(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
-	pa, pb := da.XDPProgram(), db.XDPProgram()
-	if pa == nil || pb == nil {
-		t.Fatal("XDPProgram() = nil")
-	}
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
+	pa, pb := xdpProgram(t, da), xdpProgram(t, db)
 	for _, p := range []*bpf.Program{pa, pb} {
 		if err := p.SetLoss(0.02); err != nil {
 			t.Fatal(err)
@@ -165,11 +218,11 @@ func TestVethLossOwnProgram(t *testing.T) {
 // arms the ACK timer; the sleeping worker must still wake for it: with
 // every frame lost the request fails with RETRY_EXC_ERR in its budget.
 func TestVethDirectPostTimer(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	a, b := newSide(t, da, RC, 4096, nil, nil), newSide(t, db, RC, 4096, nil, nil)
 	connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 2}) // 16.8 ms × 3
 	time.Sleep(50 * time.Millisecond)                          // the workers go to sleep
-	if err := db.XDPProgram().SetLoss(1); err != nil {
+	if err := xdpProgram(t, db).SetLoss(1); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -186,6 +239,8 @@ func TestVethDirectPostTimer(t *testing.T) {
 	}
 }
 
+// A big transfer of 4 MiB writes, checked with SHA-256: 64 MiB (16 MiB
+// with -short); 1 GiB with XROCE_1GIB=1.
 func TestVethBig(t *testing.T) {
 	size, total := 4<<20, 64<<20
 	switch {
@@ -194,7 +249,7 @@ func TestVethBig(t *testing.T) {
 	case testing.Short():
 		total = 16 << 20
 	}
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	a, b := rcPair(t, da, db, size)
 	ha, hb := sha256.New(), sha256.New()
 	start := time.Now()
@@ -219,7 +274,7 @@ func TestVethBig(t *testing.T) {
 
 // The peer's namespace vanishes mid-transfer: RETRY_EXC_ERR.
 func TestVethPeerVanishes(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	a, b := newSide(t, da, RC, 1<<20, nil, nil), newSide(t, db, RC, 1<<20, nil, nil)
 	connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 3})
 	for i := range 8 {
@@ -247,32 +302,10 @@ func TestVethPeerVanishes(t *testing.T) {
 	}
 }
 
-// Resolve: the kernel's neighbour table, and an unreachable peer.
-func TestVethResolve(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
-	av, err := da.Resolve(context.Background(), ipOf(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(av.DstMAC[:]) != string(db.Info().MAC) || av.SrcIP != ipOf(da) {
-		t.Fatalf("av %+v", av)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_, err = da.Resolve(ctx, ipOf(db).Next()) // 198.18.0.3: on the link, nobody there
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("resolve an absent host: %v, want ErrUnreachable", err)
-	}
-	_, err = da.Resolve(ctx, netipMust("198.19.255.1")) // no route
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("resolve without a route: %v, want ErrUnreachable", err)
-	}
-}
-
 // The AF_PACKET datapath, asked for explicitly.
 func TestVethAFPacket(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{Datapath: DatapathAFPacket}, false)
-	if i := da.Info(); i.Datapath != DatapathAFPacket || i.Queues != 1 {
+	da, db, _ := vethDevices(t, Config{}, vethOpts{afpacket: true})
+	if i := da.Info(); i.Datapath != "af_packet" || i.Queues != 1 {
 		t.Fatalf("info %+v: want af_packet, 1 queue", i)
 	}
 	a, b := rcPair(t, da, db, 1<<20)
@@ -282,7 +315,7 @@ func TestVethAFPacket(t *testing.T) {
 // Connection setup over TCP between the namespaces, with the rkey and
 // address of the server's buffer, then an RDMA WRITE into it.
 func TestVethConnectTCP(t *testing.T) {
-	da, db, _, p := vethPair(t, Config{}, false)
+	da, db, _, p := vethPair(t, Config{}, vethOpts{})
 	a, b := newSide(t, da, RC, 1<<16, nil, nil), newSide(t, db, RC, 1<<16, nil, nil)
 	var ln net.Listener
 	if err := p.B.Do(func() (err error) {
@@ -338,7 +371,7 @@ func TestVethConnectTCP(t *testing.T) {
 func BenchmarkVethWrite(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
-			da, db, _ := vethDevices(b, Config{Queues: 1}, false)
+			da, db, _ := vethDevices(b, Config{}, vethOpts{queues: 1})
 			a, r := rcPair(b, da, db, size)
 			benchWrite(b, a, r, size, 16)
 		})
@@ -350,7 +383,7 @@ func BenchmarkVethWrite(b *testing.B) {
 func BenchmarkVethPingPong(b *testing.B) {
 	for _, spin := range []bool{false, true} {
 		b.Run(map[bool]string{false: "wait", true: "spin"}[spin], func(b *testing.B) {
-			da, db, _ := vethDevices(b, Config{Queues: 1}, false)
+			da, db, _ := vethDevices(b, Config{}, vethOpts{queues: 1})
 			a, r := rcPair(b, da, db, 64)
 			benchPingPong(b, a, r, 64, spin)
 		})
@@ -360,7 +393,7 @@ func BenchmarkVethPingPong(b *testing.B) {
 // Close with writes in flight over AF_XDP: every request is flushed and
 // the device lets go of everything (a new device opens on the same queues).
 func TestVethCloseInFlight(t *testing.T) {
-	da, db, _, p := vethPair(t, Config{}, false)
+	da, db, _, p := vethPair(t, Config{}, vethOpts{})
 	a, b := rcPair(t, da, db, 1<<20)
 	for i := range 32 {
 		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
@@ -389,7 +422,7 @@ func TestVethCloseInFlight(t *testing.T) {
 		t.Fatalf("after Close: %d MRs, %d pinned pages", s.MRs, s.PinnedPages)
 	}
 	err := p.A.Do(func() error {
-		d, err := Open(p.A.Ifname, Config{Datapath: DatapathXDP})
+		d, err := openVeth(p.A, Config{}, vethOpts{}, nil)
 		if err != nil {
 			return err
 		}
@@ -402,7 +435,7 @@ func TestVethCloseInFlight(t *testing.T) {
 
 // A region over mmap'd memory, written by the peer.
 func TestVethMmapMR(t *testing.T) {
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	a, b := rcPair(t, da, db, 1<<16)
 	mem, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
@@ -432,7 +465,7 @@ func TestVethIPv6(t *testing.T) {
 	var devs [2]*Device
 	for i, h := range []*netns.Host{p.A, p.B} {
 		if err := h.Do(func() (err error) {
-			devs[i], err = Open(h.Ifname, Config{Datapath: DatapathXDP})
+			devs[i], err = openVeth(h, Config{}, vethOpts{}, nil)
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -457,35 +490,6 @@ func TestVethIPv6(t *testing.T) {
 	testOps(t, a, b, []int{0, 3000, 1 << 16})
 }
 
-// When AF_XDP cannot be opened, Open falls back to AF_PACKET and says why.
-func TestVethFallback(t *testing.T) {
-	p := netns.NewT(t, netns.Config{MTU: 1500})
-	var d *Device
-	err := p.A.Do(func() (err error) {
-		cfg := Config{}
-		cfg.XDP.FrameSize = 1000 // refused by xdp.Open
-		d, err = Open(p.A.Ifname, cfg)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if i := d.Info(); i.Datapath != DatapathAFPacket || i.Fallback == "" {
-		t.Fatalf("info %+v: want af_packet with the reason", i)
-	}
-	t.Logf("fallback: %s", d.Info().Fallback)
-	err = p.A.Do(func() error {
-		cfg := Config{Datapath: DatapathXDP}
-		cfg.XDP.FrameSize = 1000
-		_, err := Open(p.A.Ifname, cfg)
-		return err
-	})
-	if err == nil {
-		t.Fatal("Open with DatapathXDP did not fail")
-	}
-}
-
 // TestVethThousandQPs: 1024 QPs share a veth pair (issue 20: 256 used to
 // complete nothing in 30 s).
 func TestVethThousandQPs(t *testing.T) {
@@ -493,6 +497,6 @@ func TestVethThousandQPs(t *testing.T) {
 	if testing.Short() {
 		nqp = 256
 	}
-	da, db, _ := vethDevices(t, Config{}, false)
+	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	shareLink(t, da, db, nqp, 8, 16<<10, ConnectOptions{}) // 128 packets a QP: a full window each
 }

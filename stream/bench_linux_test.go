@@ -62,7 +62,7 @@ func (e *vethEnv) tcpPair(b *testing.B) (net.Conn, net.Conn) {
 // the accepting side of a pair has the listener's Config.
 func (e *vethEnv) listen(b *testing.B, cfg Config) {
 	if err := e.p.B.Do(func() error {
-		ln, err := cfg.Listen(e.db, net.JoinHostPort(e.p.B.IP.String(), "0"))
+		ln, err := cfg.Listen(e.db.Device, net.JoinHostPort(e.p.B.IP.String(), "0"))
 		if err == nil {
 			b.Cleanup(func() { ln.Close() })
 			e.ln, e.addr = ln, ln.Addr().String()

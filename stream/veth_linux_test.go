@@ -19,14 +19,14 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/internal/netns"
-	"github.com/xroce/xroce/roce"
+	"github.com/xroce/xroce/nic"
 )
 
 // vethEnv is a veth pair between two new namespaces with a device on each
 // end and a stream Listener in B.
 type vethEnv struct {
 	p      *netns.Pair
-	da, db *roce.Device
+	da, db *nic.Device
 	ln     *Listener
 	addr   string // the listener's side channel, in B
 }
@@ -35,14 +35,14 @@ func newVeth(t testing.TB, cfg Config) *vethEnv {
 	t.Helper()
 	e := &vethEnv{p: netns.NewT(t, netns.Config{MTU: 1500})}
 	for i, h := range []*netns.Host{e.p.A, e.p.B} {
-		var d *roce.Device
+		var d *nic.Device
 		err := h.Do(func() error {
 			var err error
-			d, err = roce.Open(h.Ifname, roce.Config{Datapath: roce.DatapathXDP})
+			d, err = nic.Open(h.Ifname, nic.Config{Datapath: nic.DatapathXDP})
 			if err != nil || i == 0 {
 				return err
 			}
-			e.ln, err = cfg.Listen(d, net.JoinHostPort(h.IP.String(), "0"))
+			e.ln, err = cfg.Listen(d.Device, net.JoinHostPort(h.IP.String(), "0"))
 			return err
 		})
 		if err != nil {
@@ -65,7 +65,7 @@ func (e *vethEnv) dial(ctx context.Context, cfg Config) (*Conn, error) {
 	var c *Conn
 	err := e.p.A.Do(func() error {
 		var err error
-		c, err = cfg.Dial(ctx, e.da, e.addr)
+		c, err = cfg.Dial(ctx, e.da.Device, e.addr)
 		return err
 	})
 	return c, err
@@ -125,7 +125,7 @@ func TestVethRefused(t *testing.T) {
 	defer cancel()
 	var err error
 	e.p.A.Do(func() error {
-		_, err = Dial(ctx, e.da, net.JoinHostPort(e.p.B.IP.String(), "1"))
+		_, err = Dial(ctx, e.da.Device, net.JoinHostPort(e.p.B.IP.String(), "1"))
 		return nil
 	})
 	if err == nil {
@@ -305,8 +305,8 @@ func TestVethSilentClient(t *testing.T) {
 func TestVethRsocket(t *testing.T) {
 	e := newVeth(t, Config{})
 	var agents [2]*cm.Agent
-	for i, d := range []*roce.Device{e.da, e.db} {
-		a, err := cm.Open(d, cm.AgentConfig{})
+	for i, d := range []*nic.Device{e.da, e.db} {
+		a, err := cm.Open(d.Device, cm.AgentConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +361,7 @@ func TestVethRsocket(t *testing.T) {
 		t.Fatalf("after CloseWrite: %q, %v", got, err)
 	}
 	// The loss was real and RC repaired it at both ends.
-	for i, d := range []*roce.Device{e.da, e.db} {
+	for i, d := range []*nic.Device{e.da, e.db} {
 		c, err := d.XDPProgram().Counters()
 		if err != nil {
 			t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/mad"
+	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -45,12 +46,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer cancel()
 
 	// A device, its connection manager (QP 1), and an RC QP with a buffer.
-	d, err := roce.Open(*dev, roce.Config{})
+	d, err := nic.Open(*dev, nic.Config{})
 	if err != nil {
 		return err
 	}
+	if err := d.Fallback(); err != nil {
+		fmt.Fprintf(os.Stderr, "cm: %s: AF_XDP not available (%v); using AF_PACKET\n", *dev, err)
+	}
 	defer d.Close()
-	agent, err := cm.Open(d, cm.AgentConfig{})
+	agent, err := cm.Open(d.Device, cm.AgentConfig{})
 	if err != nil {
 		return err
 	}

@@ -11,9 +11,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"time"
 
+	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -61,8 +63,13 @@ func Start(ctx context.Context, o *Options) (_ *Session, err error) {
 			s.Close()
 		}
 	}()
-	if s.Dev, err = roce.Open(o.Dev, roce.Config{}); err != nil {
+	d, err := nic.Open(o.Dev, nic.Config{})
+	if err != nil {
 		return nil, err
+	}
+	s.Dev = d.Device
+	if err := d.Fallback(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: AF_XDP not available (%v); using AF_PACKET\n", o.Dev, err)
 	}
 	if s.PD, err = s.Dev.AllocPD(); err != nil {
 		return nil, err

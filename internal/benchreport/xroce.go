@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -72,15 +73,19 @@ type endpoint struct {
 const recvDepth = 256
 
 func open(ifname string, o options) (*endpoint, error) {
-	cfg := roce.Config{Queues: 1, BusyPoll: o.busy}
+	cfg := nic.Config{Queues: 1, Device: roce.Config{BusyPoll: o.busy}}
 	if o.xspin >= 0 {
 		cfg.XDP.Spin = o.xspin
 	}
 	cfg.XDP.Attach = o.attach
-	d, err := roce.Open(ifname, cfg)
+	nd, err := nic.Open(ifname, cfg)
 	if err != nil {
 		return nil, err
 	}
+	if err := nd.Fallback(); err != nil {
+		fmt.Fprintf(os.Stderr, "benchreport: %s: AF_XDP not available (%v); using AF_PACKET\n", ifname, err)
+	}
+	d := nd.Device
 	e := &endpoint{d: d, recvSize: slices.Max(o.sizes)}
 	fail := func(err error) (*endpoint, error) {
 		d.Close()

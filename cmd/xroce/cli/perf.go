@@ -341,7 +341,7 @@ func perf(ctx context.Context, e *env, o *perfOptions) error {
 	// Bandwidth tests wait as before, the device's goroutines receiving
 	// (see waitCQ); latency tests busy-poll and receive themselves.
 	cfg.NoPollProgress = !o.test.lat
-	dev, err := openDeviceConfig(o.dev, o.host, "perf", cfg)
+	dev, err := openDeviceConfig(e.stderr, o.dev, o.host, "perf", cfg)
 	if err != nil {
 		return err
 	}

@@ -214,10 +214,10 @@ func perfQPs(ctx context.Context, e *env, o *pqOptions) (err error) {
 func (r *pqRun) setup() error {
 	p := r.pair
 	cfg := roce.Config{NoPollProgress: true}
-	if err := p.A.Do(func() (err error) { r.da, err = roce.Open(p.A.Ifname, cfg); return err }); err != nil {
+	if err := p.A.Do(func() (err error) { r.da, err = openNIC(r.e.stderr, "perf qps", p.A.Ifname, cfg); return err }); err != nil {
 		return err
 	}
-	if err := p.B.Do(func() (err error) { r.db, err = roce.Open(p.B.Ifname, cfg); return err }); err != nil {
+	if err := p.B.Do(func() (err error) { r.db, err = openNIC(r.e.stderr, "perf qps", p.B.Ifname, cfg); return err }); err != nil {
 		return err
 	}
 	var err error

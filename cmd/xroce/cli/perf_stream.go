@@ -226,7 +226,7 @@ func here(fn func() error) error { return fn() }
 // perfStreamServer serves one client: the tests it asks for, then it ends.
 func perfStreamServer(ctx context.Context, e *env, o *psOptions, do inNS) error {
 	var dev *roce.Device
-	if err := do(func() (err error) { dev, err = openDevice(o.dev, "", "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { dev, err = openDevice(e.stderr, o.dev, "", "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer dev.Close()
@@ -465,7 +465,7 @@ func cpuPerGB(cpu time.Duration, bytes int64) float64 { return cpu.Seconds() / (
 
 func perfStreamClient(ctx context.Context, e *env, o *psOptions, do inNS) error {
 	var dev *roce.Device
-	if err := do(func() (err error) { dev, err = openDevice(o.dev, o.host, "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { dev, err = openDevice(e.stderr, o.dev, o.host, "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer dev.Close()

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -209,7 +210,7 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 	if o.srq {
 		return pingpongSRQ(ctx, e, o)
 	}
-	dev, err := openDevice(o.dev, o.host, "pingpong")
+	dev, err := openDevice(e.stderr, o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
 	}
@@ -298,24 +299,38 @@ func localEndpoint(dev *roce.Device, q *roce.QP, gid int) (roce.Endpoint, error)
 
 // openDevice opens the RoCE device on ifname or, when it is empty, on the
 // interface of the route to host (client) or the only interface with an
-// address (server).
-func openDevice(ifname, host, cmd string) (*roce.Device, error) {
-	return openDeviceConfig(ifname, host, cmd, roce.Config{})
+// address (server); see openNIC.
+func openDevice(w io.Writer, ifname, host, cmd string) (*roce.Device, error) {
+	return openDeviceConfig(w, ifname, host, cmd, roce.Config{})
 }
 
 // openDeviceConfig is openDevice with a device configuration.
-func openDeviceConfig(ifname, host, cmd string, cfg roce.Config) (*roce.Device, error) {
+func openDeviceConfig(w io.Writer, ifname, host, cmd string, cfg roce.Config) (*roce.Device, error) {
 	if ifname == "" {
 		var err error
 		if ifname, err = defaultInterface(host); err != nil {
 			return nil, usagef("%s: %v; name one with -d INTERFACE", cmd, err)
 		}
 	}
-	dev, err := roce.Open(ifname, cfg)
+	dev, err := openNIC(w, cmd, ifname, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open a RoCE device on %s: %w", cmd, ifname, err)
 	}
 	return dev, nil
+}
+
+// openNIC opens a RoCE device on the interface ifname (nic.Open) and, when
+// AF_XDP could not be used there and the device runs on AF_PACKET, says so
+// and why on w, as cmd.
+func openNIC(w io.Writer, cmd, ifname string, cfg roce.Config) (*roce.Device, error) {
+	d, err := nic.Open(ifname, nic.Config{Device: cfg})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Fallback(); err != nil {
+		fmt.Fprintf(w, "%s: %s: AF_XDP not available (%v); using AF_PACKET\n", cmd, ifname, err)
+	}
+	return d.Device, nil
 }
 
 func (s *ppSide) setup() error {

@@ -38,7 +38,7 @@ func pingpongSRQ(ctx context.Context, e *env, o *pingpongOptions) error {
 	if o.numQP > o.rxDepth {
 		return usagef("pingpong: -q %d is more than the RX depth -r %d: raise -r", o.numQP, o.rxDepth)
 	}
-	dev, err := openDevice(o.dev, o.host, "pingpong")
+	dev, err := openDevice(e.stderr, o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
 	}

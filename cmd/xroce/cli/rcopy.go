@@ -178,12 +178,12 @@ func (r *rcopy) config() stream.Config {
 
 // openRcopyDevice opens the device of -d, else of the route to peer (a
 // client) or of the only interface with an address (a server).
-func openRcopyDevice(ifname string, peer netip.Addr) (*cmDevice, error) {
+func openRcopyDevice(w io.Writer, ifname string, peer netip.Addr) (*cmDevice, error) {
 	name, ierr := cmInterface(ifname, netip.Addr{}, peer)
 	if ierr != nil {
 		return nil, ierr
 	}
-	return openCM(name)
+	return openCM(w, "rcopy", name)
 }
 
 // serve is rcopy's server_run.
@@ -193,7 +193,7 @@ func (r *rcopy) serve(ctx context.Context, stderr io.Writer) int {
 		r.printf("getaddrinfo failed: %s\n", gerr.msg)
 		return 1
 	}
-	d, err := openRcopyDevice(r.o.ifname, netip.Addr{})
+	d, err := openRcopyDevice(stderr, r.o.ifname, netip.Addr{})
 	if err != nil {
 		fmt.Fprintf(stderr, "rcopy: %v\n", err)
 		return 1
@@ -338,7 +338,7 @@ func (r *rcopy) send(ctx context.Context, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rcopy: %v\n", err)
 		return 1
 	}
-	d, err := openRcopyDevice(r.o.ifname, peer)
+	d, err := openRcopyDevice(stderr, r.o.ifname, peer)
 	if err != nil {
 		fmt.Fprintf(stderr, "rcopy: %v\n", err)
 		return 1

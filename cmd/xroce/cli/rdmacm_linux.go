@@ -196,9 +196,10 @@ type cmDevice struct {
 	agent *cm.Agent
 }
 
-// openCM opens the RoCE device on ifname and starts its CM agent.
-func openCM(ifname string) (*cmDevice, error) {
-	dev, err := roce.Open(ifname, roce.Config{})
+// openCM opens the RoCE device on ifname (see openNIC) and starts its CM
+// agent.
+func openCM(w io.Writer, cmd, ifname string) (*cmDevice, error) {
+	dev, err := openNIC(w, cmd, ifname, roce.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("cannot open a RoCE device on %s: %w", ifname, err)
 	}
@@ -470,7 +471,7 @@ func (t *cmatest) start(ctx context.Context, cmd string, o *cmatestOptions, serv
 	case a.ierr != nil:
 		err = a.ierr
 	default:
-		t.d, err = openCM(ifname)
+		t.d, err = openCM(t.stderr, t.name, ifname)
 	}
 	if err != nil {
 		fmt.Fprintf(t.stderr, "%s: %v\n", cmd, err)

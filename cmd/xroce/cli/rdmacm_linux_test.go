@@ -69,7 +69,7 @@ func wantRun(t *testing.T, who string, r result, code int, stdout, stderr string
 func openCMIn(t *testing.T, h *netns.Host) *cmDevice {
 	t.Helper()
 	var d *cmDevice
-	if err := h.Do(func() (err error) { d, err = openCM(h.Ifname); return err }); err != nil {
+	if err := h.Do(func() (err error) { d, err = openCM(os.Stderr, "test", h.Ifname); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)

@@ -130,7 +130,7 @@ func (ep *rdmaEP) open(ctx context.Context, passive bool) (netip.AddrPort, int) 
 		perror(ep.stderr, "rdma_create_ep", ierr.errno)
 		return netip.AddrPort{}, -1
 	}
-	d, err := openCM(ifname)
+	d, err := openCM(ep.stderr, ep.name, ifname)
 	if err != nil {
 		fmt.Fprintf(ep.stderr, "%s: %v\n", ep.name, err)
 		perror(ep.stderr, "rdma_create_ep", syscall.ENODEV)

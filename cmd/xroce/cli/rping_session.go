@@ -74,7 +74,7 @@ func (r *rping) run(ctx context.Context) int {
 		fmt.Fprintln(r.stderr, "No RDMA devices were detected")
 		return int(syscall.ENODEV)
 	}
-	d, err := openCM(ifname)
+	d, err := openCM(r.stderr, "rping", ifname)
 	if err != nil {
 		fmt.Fprintf(r.stderr, "rping: %v\n", err)
 		fmt.Fprintln(r.stderr, "No RDMA devices were detected")

@@ -293,7 +293,7 @@ func (r *rstream) open(ctx context.Context) error {
 	if ierr != nil {
 		return ierr
 	}
-	d, err := openCM(ifname)
+	d, err := openCM(r.stderr, "rstream", ifname)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
 )
@@ -74,12 +75,15 @@ func run(args []string) error {
 	if err != nil || *ifname == "" || *requests < 1 {
 		return fmt.Errorf("want -d INTERFACE -listen ADDRESS:PORT and -requests ≥ 1")
 	}
-	dev, err := roce.Open(*ifname, roce.Config{})
+	dev, err := nic.Open(*ifname, nic.Config{})
 	if err != nil {
 		return err
 	}
+	if err := dev.Fallback(); err != nil {
+		fmt.Fprintf(os.Stderr, "rshttp: %s: AF_XDP not available (%v); using AF_PACKET\n", *ifname, err)
+	}
 	defer dev.Close()
-	agent, err := cm.Open(dev, cm.AgentConfig{})
+	agent, err := cm.Open(dev.Device, cm.AgentConfig{})
 	if err != nil {
 		return err
 	}
