@@ -27,25 +27,18 @@ type Config struct {
 	// Read of at least this many bytes that finds nothing queued
 	// advertises its buffer for the writer to fill with RDMA WRITE (see
 	// the package doc). 0 (or less) means off, the default: everything
-	// goes through the ring and no Read buffer is registered. Measured on
-	// a loaded 2-core veth with 1 MiB writes and reads (threshold
-	// 256 KiB), direct gained nothing significant: both ends in one
-	// process 2.21 against 2.00 Gbit/s, 3.66 against 4.26 CPU s/GB
-	// (p=0.08, n=8); two processes (perf stream) 2.14 against 1.93
-	// Gbit/s, client 2.16 against 2.57 and server 1.67 against 1.93
-	// CPU s/GB (medians, p>0.6, n=9). Each direct Write waits for its
-	// completion and the next advert, which costs what the saved copies
-	// gain; not worth exposing caller memory by default.
+	// goes through the ring and no Read buffer is registered, so no
+	// caller memory is exposed to the peer. Each direct Write waits for
+	// its completion and the next advert, which costs about what the
+	// saved copy gains (the README's stream benchmarks).
 	DirectThreshold int
 	// ReadSpin is how long a Read that finds nothing to read polls the
 	// connection's CQ before it sleeps, doing the device's receive work
 	// in its own goroutine (roce.Device.Progress): lower latency for
 	// request-response traffic when a core is free to spin, at the cost
-	// of that core while it waits. 0 means no spinning. Measured on a
-	// loaded 2-core veth between two processes, 64-byte ping-pong: p50
-	// 94-137 µs without, 24-28 µs with 1-5 ms, but p99 3-13 ms (spinning
-	// processes preempt each other); spins shorter than the round trip
-	// (50 µs) made it slower.
+	// of that core while it waits. 0 means no spinning. A spin shorter
+	// than the round trip only adds work; the README's stream benchmarks
+	// give figures.
 	ReadSpin time.Duration
 	// HandshakeTimeout bounds Accept's setup of one connection; 0 means
 	// 10 s. Dial is bounded by its context.

@@ -102,7 +102,7 @@
 //
 // # The direct path (Config.DirectThreshold)
 //
-// Off by default (see Config.DirectThreshold for the measurements). With
+// Off by default (Config.DirectThreshold says why). With
 // it, a reader that waits with a large buffer may have it filled in
 // place:
 //

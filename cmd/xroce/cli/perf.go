@@ -312,8 +312,9 @@ type perfRun struct {
 
 func perf(ctx context.Context, e *env, o *perfOptions) error {
 	var cfg roce.Config
-	// Bandwidth tests wait as before, the device's goroutines receiving
-	// (see waitCQ); latency tests busy-poll and receive themselves.
+	// Bandwidth tests sleep on the CQ while the device's goroutines
+	// receive (see waitCQ); latency tests busy-poll and receive
+	// themselves.
 	cfg.NoPollProgress = !o.test.lat
 	dev, err := openDeviceConfig(e.stderr, o.dev, o.host, "perf", cfg)
 	if err != nil {

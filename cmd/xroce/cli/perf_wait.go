@@ -47,11 +47,8 @@ var errNoCompletion = errors.New("no completion")
 // is notified, and so on. The bandwidth tests wait so, on a device whose
 // CQ.Poll does not receive (Config.NoPollProgress): their completions come
 // in streams the device's goroutines keep up with, beside the posting
-// goroutine. Busy-polling and receiving in the poller (pollCQ) measured no
-// better for them: on veth between two namespaces (load 6-7) BW average
-// 56-93 MB/s against 92-106 for write_bw 64 KiB, 78-110 against 105-127
-// for send_bw 4 KiB and 58-75 against 74-134 for read_bw 4 KiB; in the
-// interop VM's compare mode better in one run and worse in the next.
+// goroutine (busy-polling them with pollCQ was no faster: see the
+// README).
 func waitCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
 	for {
 		for range waitPolls {
@@ -99,11 +96,8 @@ func (e *wcStatusError) Error() string {
 // byte (MR.Load8: under the workers' locks, as the peer's next WRITE may
 // land while we look) only when a frame has come. Between looks it does
 // the device's receive work itself (roce.Device.Progress), as a poller of
-// a CQ does: no worker goroutine has to wake up for the WRITE to land
-// (before, it spun 50 µs and then napped, because a spinning waiter
-// starved the workers: write_lat's median was 60 µs and its mean 101 µs
-// between two processes here, 45 and 955 spinning always). It gives up
-// after the timeout, or at end (0 then).
+// a CQ does: no worker goroutine has to wake up for the WRITE to land.
+// It gives up after the timeout, or at end (0 then).
 func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, end time.Time) error {
 	deadline := time.Now().Add(r.o.timeout)
 	last := ^uint64(0)
