@@ -433,7 +433,12 @@ func (s *rsState) takeCtrl(ctrl uint32) rsCtrl {
 	return rsCtrl{msg: rsMsg(rsOpCtrl, ctrl)}
 }
 
-// allSendsDone says whether every posted send has completed.
+// allSendsDone says whether every posted send has completed. It counts
+// completions only, whatever the state: a peer's SHUTDOWN that arrives
+// after ours leaves the rsocket disconnected while our last DATA may still
+// be on its way (lost and being resent), and the QP must stay up until it
+// is acknowledged; when the connection breaks, the QP's flushed sends
+// complete too.
 func (s *rsState) allSendsDone() bool {
-	return int(s.ctrlMax-s.ctrlSeq)+s.sqeAvail == s.sqSize || !s.connected
+	return int(s.ctrlMax-s.ctrlSeq)+s.sqeAvail == s.sqSize
 }

@@ -251,6 +251,52 @@ func TestRSStateShutdown(t *testing.T) {
 
 // TestRSStatePeerViolations: what a hostile or broken peer sends is
 // refused with errRSProtocol, not trusted.
+// TestRSStateCrossedShutdowns: the peer's SHUTDOWN arriving after our own
+// DISCONNECT leaves the rsocket disconnected, but our DATA and DISCONNECT
+// are still unacknowledged: the sends are not done until they complete
+// (interop: a lost DATA resent after the crossing was dropped when Close
+// took the disconnection for the end of its sends).
+func TestRSStateCrossedShutdowns(t *testing.T) {
+	a, b := newRSEnd(1<<12, 0x10000, false), newRSEnd(1<<12, 0x20000, false)
+	connectRS(t, a, b)
+	a.credits()
+	b.credits()
+	for len(a.out) > 0 {
+		a.deliver(t, b)
+	}
+	for len(b.out) > 0 {
+		b.deliver(t, a)
+	}
+	if a.write([]byte("response")) != 8 {
+		t.Fatal("a could not write")
+	}
+	ctrl, due := b.s.shutdown(false)
+	if !due || ctrl != rsCtrlShutdown {
+		t.Fatalf("b's shutdown(WR): %d %v", ctrl, due)
+	}
+	b.out = append(b.out, rsWire{msg: b.s.takeCtrl(ctrl).msg, imm: true})
+	if ctrl, due = a.s.shutdown(true); !due || ctrl != rsCtrlDisconnect {
+		t.Fatalf("a's close: %d %v", ctrl, due)
+	}
+	a.out = append(a.out, rsWire{msg: a.s.takeCtrl(ctrl).msg, imm: true})
+	b.deliver(t, a)
+	if a.s.connected {
+		t.Fatal("a still connected after the peer's SHUTDOWN crossed its DISCONNECT")
+	}
+	if a.s.allSendsDone() {
+		t.Fatal("a's sends done with its DATA and DISCONNECT unacknowledged")
+	}
+	for len(a.out) > 0 {
+		a.deliver(t, b)
+	}
+	if !a.s.allSendsDone() {
+		t.Fatal("a's sends not done once all completed")
+	}
+	if b.read(100); string(b.got) != "response" {
+		t.Fatalf("b read %q", b.got)
+	}
+}
+
 func TestRSStatePeerViolations(t *testing.T) {
 	a, b := newRSEnd(8<<10, 0x1000, false), newRSEnd(8<<10, 0x9000, false)
 	connectRS(t, a, b)
