@@ -1,32 +1,66 @@
 package qp
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // The engine polls only the QPs that may have work: those woken by an
 // event (a frame, a posted request, a state change, running out of
 // buffers) and those whose timer is due. Timers wait in a min-heap of
 // deadlines; a QP has at most one entry that matters (the earliest), and
 // a stale entry only causes a harmless extra poll.
+//
+// The heap is typed rather than built on container/heap, whose Push and
+// Pop take and return an interface: every entry would be boxed, one
+// allocation per re-armed timer, and a paced QP re-arms for each packet.
 
 type timerEntry struct {
 	at time.Duration
 	q  *QP
 }
 
+// timerHeap is a binary min-heap of timer entries ordered by deadline.
 type timerHeap []timerEntry
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// push adds t; it allocates only when the slice grows.
+func (h *timerHeap) push(t timerEntry) {
+	*h = append(*h, t)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p].at <= s[i].at {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+// pop removes and returns the earliest entry; the heap must not be empty.
+func (h *timerHeap) pop() timerEntry {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = timerEntry{} // drop the QP reference
+	s = s[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && s[r].at < s[l].at {
+			m = r
+		}
+		if s[i].at <= s[m].at {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
 }
 
 // wake marks q as having work for the next Poll.
@@ -44,7 +78,7 @@ func (q *QP) schedule(d time.Duration) {
 		return
 	}
 	q.heapAt = d
-	heap.Push(&q.e.timers, timerEntry{at: d, q: q})
+	q.e.timers.push(timerEntry{at: d, q: q})
 }
 
 // Poll runs timers that expired by now, sends whatever is ready (requests,
@@ -55,7 +89,7 @@ func (q *QP) schedule(d time.Duration) {
 func (e *Engine) Poll(now time.Duration) time.Duration {
 	e.now = now
 	for len(e.timers) > 0 && e.timers[0].at <= now {
-		t := heap.Pop(&e.timers).(timerEntry)
+		t := e.timers.pop()
 		if t.q.heapAt == t.at {
 			t.q.heapAt = Never
 		}
@@ -86,7 +120,7 @@ func (e *Engine) Poll(now time.Duration) time.Duration {
 		return now
 	}
 	for len(e.timers) > 0 && e.timers[0].q.destroyed {
-		heap.Pop(&e.timers)
+		e.timers.pop()
 	}
 	if len(e.timers) > 0 {
 		return e.timers[0].at
