@@ -47,11 +47,19 @@ type memPair struct {
 	dataPkts int // frames from 0 to 1
 }
 
-func newMemPair(tb testing.TB, mtu MTU) *memPair {
+func newMemPair(tb testing.TB, mtu MTU) *memPair { return newMemPairWith(tb, mtu, EngineConfig{}) }
+
+// newMemPairWith is newMemPair with both engines configured as cfg (but
+// for Out).
+func newMemPairWith(tb testing.TB, mtu MTU, cfg EngineConfig) *memPair {
 	p := &memPair{}
 	for i := range 2 {
 		p.out[i] = &queueOut{}
-		p.e[i], _ = NewEngine(EngineConfig{Out: p.out[i]})
+		cfg.Out = p.out[i]
+		var err error
+		if p.e[i], err = NewEngine(cfg); err != nil {
+			tb.Fatal(err)
+		}
 		mem := newTestMem()
 		mem.add(localKey, localBase, 2<<20, AccessLocalWrite)
 		mem.add(remoteKey, remBase, 2<<20, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)

@@ -28,6 +28,15 @@ type EngineConfig struct {
 	// for acknowledgement; QPs beyond it wait their turn (budget.go). 0
 	// means DefaultMaxInflight; below 1 is taken as 1.
 	MaxInflight int
+	// LineRate is the port's speed in bits/s: DCQCN's highest rate, and
+	// its rate on a QP's first CNP (cc.go). 0 means DefaultLineRate.
+	LineRate int64
+	// PaceBurst is the default burst of the QPs' pacers, in bytes: how
+	// much a rate-limited QP may send at once after a late Poll
+	// (pace.go). 0 means DefaultPaceBurst.
+	PaceBurst int
+	// CC configures congestion control: ECN, CNPs, DCQCN (cc.go).
+	CC CCConfig
 }
 
 // Engine runs the transport of a set of queue pairs: it takes received
@@ -54,6 +63,7 @@ type Engine struct {
 	maxInflight int
 	line        []*QP
 	lineHead    int
+	cc          ccState
 	stats       Stats
 }
 
@@ -100,6 +110,16 @@ type Stats struct {
 	// after the sequence NAK until the requester goes back (go-back-N).
 	// They are answered by protocol, so not counted in RxDropped.
 	RxOutOfSeq atomic.Uint64
+
+	// Congestion control (cc.go): CE-marked data frames received from a
+	// QP's peer, CNPs sent and received, CNPs dropped as invalid (each
+	// also in RxDropped: unknown QP, not from its peer, wrong state or
+	// P_Key), and the rate cuts DCQCN made.
+	RxCE, TxCNP, RxCNP, RxBadCNP, RateCuts atomic.Uint64
+	// Rate is, for a QP, the rate it is paced at now in bits/s (DCQCN's
+	// or its static limit, the lower), 0 when it is not limited; the
+	// engine's is 0. It is updated as the QP sends or gets CNPs.
+	Rate atomic.Uint64
 }
 
 // NewEngine returns an engine with no queue pairs.
@@ -116,7 +136,11 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxInflight == 0 {
 		cfg.MaxInflight = DefaultMaxInflight
 	}
-	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP), maxInflight: max(cfg.MaxInflight, 1)}
+	cc, err := newCCState(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP), maxInflight: max(cfg.MaxInflight, 1), cc: cc}
 	for _, a := range cfg.LocalIPs {
 		e.local = append(e.local, a.Unmap())
 	}
@@ -142,6 +166,11 @@ type Config struct {
 	MaxInline int    // inline data per send request; 0 means none
 	SignalAll bool   // every send request completes (sq_sig_all)
 	SRQ       *SRQ   // if set, receive requests come from this shared queue
+	// RateLimit is the QP's static maximum rate in bits/s of frames on
+	// the wire (pace.go), 0 for none; RateBurst the burst its pacer lets
+	// go at once in bytes, 0 for EngineConfig.PaceBurst. See SetRateLimit.
+	RateLimit int64
+	RateBurst int
 }
 
 // QP is a queue pair. It belongs to its Engine's owner goroutine.
@@ -177,9 +206,21 @@ type QP struct {
 	turnSent   int
 	ackNow     bool
 	recovering bool
-	scratch    [8]byte
-	wc         WC // completion handed to a CQ
-	stats      Stats
+	// Congestion control (cc.go, pace.go): the static rate limit and
+	// the pacer's burst (0: the engine's); DCQCN; when the pacer lets
+	// the next data packet go, and until when q waits for it in this
+	// Poll (Never if not); the time of the last CNP armed, and the CNPs
+	// to send.
+	rateLimit int64
+	burst     int
+	rp        DCQCN
+	tat       time.Duration
+	paceAt    time.Duration
+	lastCNP   time.Duration
+	cnpDue    int
+	scratch   [8]byte
+	wc        WC // completion handed to a CQ
+	stats     Stats
 
 	// Send queue: a ring indexed by free-running counters. [sqHead, sqReq)
 	// are started and wait for completion, [sqReq, sqTail) wait to be sent.
@@ -231,6 +272,8 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 		return nil, fmt.Errorf("create qp %#x: number out of range: %w", cfg.QPN, ErrInvalidAttr)
 	case cfg.QPN == GSIQPN && cfg.Type != UD:
 		return nil, fmt.Errorf("create qp 1: the GSI QP is UD, not %v: %w", cfg.Type, ErrInvalidAttr)
+	case cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.RateBurst > maxPaceBurst:
+		return nil, fmt.Errorf("create qp %#x: rate limit %d b/s, burst %d: %w", cfg.QPN, cfg.RateLimit, cfg.RateBurst, ErrInvalidAttr)
 	case e.qps[cfg.QPN] != nil:
 		return nil, fmt.Errorf("create qp %#x: number in use: %w", cfg.QPN, ErrInvalidAttr)
 	case cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Mem == nil:
@@ -272,7 +315,9 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
 	q.sport = 0xC000 + uint16(h.Sum32()&0x3fff)
 	q.heapAt = Never
+	q.rateLimit, q.burst = cfg.RateLimit, cfg.RateBurst
 	q.reset()
+	q.noteRate(0)
 	e.qps[cfg.QPN] = q
 	return q, nil
 }
@@ -317,7 +362,7 @@ func (q *QP) UDPSourcePort() uint16 { return q.sport }
 func (q *QP) setAV(av *AddressVector) {
 	q.ff.SrcMAC, q.ff.DstMAC = av.SrcMAC, av.DstMAC
 	q.ff.SrcIP, q.ff.DstIP = av.SrcIP, av.DstIP
-	q.ff.TOS, q.ff.TTL, q.ff.FlowLabel = av.TrafficClass, av.HopLimit, av.FlowLabel
+	q.ff.TOS, q.ff.TTL, q.ff.FlowLabel = q.e.cc.tos(av.TrafficClass), av.HopLimit, av.FlowLabel
 	if q.ff.TTL == 0 {
 		q.ff.TTL = 64
 	}
@@ -382,9 +427,6 @@ func (e *Engine) Input(frames [][]byte, now time.Duration) {
 // accept dispatches a decoded frame to its QP; false means dropped.
 func (e *Engine) accept(f *bth.Frame, n int) bool {
 	op := f.Opcode()
-	if op == bth.OpCNP {
-		return true
-	}
 	if len(e.local) > 0 {
 		dst := f.DstIP().Unmap()
 		found := false
@@ -399,6 +441,13 @@ func (e *Engine) accept(f *bth.Frame, n int) bool {
 			return false
 		}
 	}
+	if op == bth.OpCNP {
+		if q := e.qps[f.BTH.DestQP()]; q != nil {
+			q.stats.RxFrames.Add(1)
+			q.stats.RxBytes.Add(uint64(n))
+		}
+		return e.onCNP(f)
+	}
 	q := e.qps[f.BTH.DestQP()]
 	if q == nil {
 		e.stats.RxUnknownQP.Add(1)
@@ -406,6 +455,9 @@ func (e *Engine) accept(f *bth.Frame, n int) bool {
 	}
 	q.stats.RxFrames.Add(1)
 	q.stats.RxBytes.Add(uint64(n))
+	if f.ECN() == bth.CE {
+		q.onCE(f, op)
+	}
 	q.dropCounted = false
 	ok := q.input(f, op)
 	q.recharge()
@@ -475,14 +527,16 @@ func (q *QP) poll(now time.Duration) time.Duration {
 		return Never
 	}
 	q.blocked = false
+	q.paceAt = Never
 	q.runTimers(now)
+	q.flushCNP()
 	q.flushResponses()
 	q.runRequester(now)
 	q.recharge()
 	if q.blocked {
 		return now
 	}
-	return q.timer.next(q)
+	return min(q.timer.next(q), q.paceAt)
 }
 
 // alloc returns a transmit buffer or nil, noting that Output ran dry.
@@ -505,8 +559,8 @@ func MaxFrameLen(m MTU) int {
 }
 
 // send builds the frame described by q.ff with a payload of n bytes already
-// at its place in buf, and hands it to Output.
-func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) {
+// at its place in buf, hands it to Output and returns its length.
+func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) int {
 	l, err := bth.BuildInPlace(buf, ff, n)
 	if err != nil {
 		// Only a programming error gets here: a buffer from Output.Alloc
@@ -517,4 +571,5 @@ func (q *QP) send(buf []byte, ff *bth.FrameFields, n int) {
 	q.count(&q.e.stats.TxFrames, &q.stats.TxFrames)
 	q.e.stats.TxBytes.Add(uint64(l))
 	q.stats.TxBytes.Add(uint64(l))
+	return l
 }

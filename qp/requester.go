@@ -190,7 +190,7 @@ func (q *QP) runRequester(now time.Duration) {
 				return
 			}
 		}
-		if !q.mayStart() {
+		if q.paced(now) || !q.mayStart() {
 			return
 		}
 		if !q.resolvePayload(w) {
@@ -334,16 +334,16 @@ func (q *QP) sendPacket(w *sendWQE, buf []byte) bool {
 	if q.typ == UD {
 		saved := *ff
 		ff.SrcMAC, ff.DstMAC, ff.SrcIP, ff.DstIP = w.av.SrcMAC, w.av.DstMAC, w.av.SrcIP, w.av.DstIP
-		ff.TOS, ff.TTL, ff.FlowLabel = w.av.TrafficClass, w.av.HopLimit, w.av.FlowLabel
+		ff.TOS, ff.TTL, ff.FlowLabel = q.e.cc.tos(w.av.TrafficClass), w.av.HopLimit, w.av.FlowLabel
 		if ff.TTL == 0 {
 			ff.TTL = 64
 		}
 		q.placePayload(buf[ff.HeaderLen():], w, off, n)
-		q.send(buf, ff, n)
+		q.onDataSent(q.send(buf, ff, n), q.e.now)
 		*ff = saved
 	} else {
 		q.placePayload(buf[ff.HeaderLen():], w, off, n)
-		q.send(buf, ff, n)
+		q.onDataSent(q.send(buf, ff, n), q.e.now)
 	}
 	if last {
 		q.reqPSN = w.lastPSN.Add(1)

@@ -615,6 +615,9 @@ func (q *QP) flushResponses() {
 			break
 		}
 		for r.pending {
+			if r.kind == resRead && q.paced(q.e.now) {
+				return // READ responses are data: paced as requests
+			}
 			src, ok := q.responseSource(r)
 			if !ok {
 				q.revokedResponse(r)
@@ -686,7 +689,9 @@ func (q *QP) sendResponse(r *resource, buf, src []byte) {
 		}
 		copy(buf[ff.HeaderLen():], src)
 	}
-	q.send(buf, ff, len(src))
+	if l := q.send(buf, ff, len(src)); r.kind == resRead {
+		q.onDataSent(l, q.e.now)
+	}
 	if psn == r.last {
 		r.pending = false
 		q.resActive--

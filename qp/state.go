@@ -433,4 +433,7 @@ func (q *QP) reset() {
 	q.timer = timers{}
 	q.recovering = false
 	q.resetResponder()
+	q.rp = NewDCQCN(&q.e.cc.dcqcn, q.e.cc.lineRate)
+	q.tat, q.paceAt = 0, Never
+	q.lastCNP, q.cnpDue = neverCNP, 0
 }
