@@ -62,6 +62,17 @@ type Config struct {
 	// of overrunning the peer's receive ring. 0 means
 	// qp.DefaultMaxInflight (512).
 	MaxInflight int
+	// LineRate is the port's speed in bits/s, DCQCN's highest rate and its
+	// rate on a QP's first CNP. 0 means qp.DefaultLineRate (100 Gb/s);
+	// the kernel's speed of a veth or tap says nothing, so it is not read.
+	LineRate int64
+	// PaceBurst is the default burst of the QPs' pacers in bytes
+	// (qp.EngineConfig.PaceBurst); 0 means qp.DefaultPaceBurst.
+	PaceBurst int
+	// CC configures congestion control: ECT(0) on what the QPs send, CNPs
+	// for CE-marked frames, DCQCN. The zero value is what ConnectX NICs
+	// do by default (qp.CCConfig).
+	CC CCConfig
 
 	// Addrs are the device's IP addresses (its GIDs after the link-local
 	// one).
@@ -120,6 +131,7 @@ type Info struct {
 	Mode      string           // link mode: "copy" or "zero-copy" for AF_XDP
 	Queues    int              // workers, one per link
 	BusyPoll  bool
+	LineRate  int64 // bits/s, Config.LineRate (0: qp.DefaultLineRate)
 }
 
 // Device is a RoCE v2 device over one network interface (or a set of links):
@@ -217,7 +229,7 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config) (*Device, error)
 		cqs:     make(map[*CQ]struct{}),
 		info: Info{
 			Name: li.Name, Index: li.Index, MAC: li.MAC, MTU: li.MTU, ActiveMTU: am,
-			Datapath: li.Kind, Mode: li.Mode, Queues: len(links), BusyPoll: cfg.BusyPoll,
+			Datapath: li.Kind, Mode: li.Mode, Queues: len(links), BusyPoll: cfg.BusyPoll, LineRate: cfg.LineRate,
 		},
 	}
 	d.mrs.init(cfg.MaxMR, cfg.NoPin)
@@ -376,6 +388,9 @@ type Stats struct {
 	// than by the workers' goroutines, and the times those goroutines
 	// parked while pollers received.
 	PolledFrames, PolledBatches, Parks uint64
+	// Congestion control: CE-marked data frames received, CNPs sent and
+	// received, CNPs dropped as invalid, DCQCN rate cuts.
+	RxCE, TxCNP, RxCNP, RxBadCNP, RateCuts uint64
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -415,6 +430,11 @@ func (d *Device) Stats() Stats {
 		s.RxNoRecv += e.RxNoRecv.Load()
 		s.RxInvalid += e.RxInvalid.Load()
 		s.RxOutOfSeq += e.RxOutOfSeq.Load()
+		s.RxCE += e.RxCE.Load()
+		s.TxCNP += e.TxCNP.Load()
+		s.RxCNP += e.RxCNP.Load()
+		s.RxBadCNP += e.RxBadCNP.Load()
+		s.RateCuts += e.RateCuts.Load()
 		s.Forwarded += w.forwarded.Load()
 		s.ForwardDropped += w.fwdDropped.Load()
 		s.TxDropped += w.txDropped.Load()

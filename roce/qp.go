@@ -23,6 +23,11 @@ type QPConfig struct {
 	// UD QP with the well-known Q_Key qp.GSIQKey, IBTA Vol. 1 §13.5) that
 	// carries management datagrams such as package cm's; one per device.
 	GSI bool
+	// RateLimit is the QP's maximum rate in bits/s of frames on the wire,
+	// 0 for none; RateBurst the bytes its pacer lets go at once, 0 for
+	// Config.PaceBurst (qp.Config.RateLimit). See SetRateLimit.
+	RateLimit int64
+	RateBurst int
 }
 
 // QP is a queue pair (ibv_qp). Its methods are safe for concurrent use;
@@ -85,6 +90,12 @@ type PacketStats struct {
 	// RC requests after a PSN gap, discarded until the requester goes
 	// back (not in RxDropped).
 	RxOutOfSeq uint64
+	// Congestion control: CE-marked data frames received, CNPs sent and
+	// received, CNPs dropped as invalid, DCQCN rate cuts, and the rate the
+	// QP is paced at in bits/s (0: not limited; as of its latest packet or
+	// CNP).
+	RxCE, TxCNP, RxCNP, RxBadCNP, RateCuts uint64
+	Rate                                   uint64
 }
 
 func packetStats(e *qp.Stats) PacketStats {
@@ -100,6 +111,8 @@ func packetStats(e *qp.Stats) PacketStats {
 		RxDropped: e.RxDropped.Load(), RxBadState: e.RxBadState.Load(), RxBadKey: e.RxBadKey.Load(),
 		RxNotPeer: e.RxNotPeer.Load(), RxNoRecv: e.RxNoRecv.Load(), RxInvalid: e.RxInvalid.Load(),
 		RxOutOfSeq: e.RxOutOfSeq.Load(),
+		RxCE:       e.RxCE.Load(), TxCNP: e.TxCNP.Load(), RxCNP: e.RxCNP.Load(), RxBadCNP: e.RxBadCNP.Load(),
+		RateCuts: e.RateCuts.Load(), Rate: e.Rate.Load(),
 	}
 }
 
@@ -260,7 +273,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	qcfg := qp.Config{
 		Type: cfg.Type, QPN: qpn, SendCQ: (*sendSink)(q), RecvCQ: (*recvSink)(q), Mem: memory{pd},
 		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
-		MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll,
+		MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll, RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
 	}
 	if cfg.SRQ != nil {
 		qcfg.SRQ = cfg.SRQ.s
@@ -327,6 +340,25 @@ func (q *QP) gone() error {
 		}
 		return ErrDestroyed
 	}
+	return nil
+}
+
+// SetRateLimit sets the QP's maximum rate in bits/s of frames on the wire
+// (0 removes it) and its pacer's burst in bytes (0: Config.PaceBurst),
+// like QPConfig.RateLimit and RateBurst; DCQCN may hold the QP lower.
+func (q *QP) SetRateLimit(rate int64, burst int) error {
+	w := q.w
+	w.mu.Lock()
+	if err := q.gone(); err != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("rate limit qp %#x: %w", q.qpn, err)
+	}
+	err := q.q.SetRateLimit(rate, burst)
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.kick()
 	return nil
 }
 

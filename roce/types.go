@@ -23,6 +23,8 @@ type (
 	MTU           = qp.MTU
 	Access        = qp.Access
 	ModifyError   = qp.ModifyError
+	CCConfig      = qp.CCConfig
+	DCQCNParams   = qp.DCQCNParams
 )
 
 // Queue pair types.

@@ -88,7 +88,8 @@ type worker struct {
 func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	w := &worker{d: d, id: id, link: l, qps: make(map[uint32]*QP), done: make(chan struct{}), park: make(chan struct{}, 1)}
 	w.out = output{l: l, w: w, stash: make([][]byte, 64), tx: make([][]byte, 0, 64)}
-	eng, err := qp.NewEngine(qp.EngineConfig{Out: &w.out, LocalIPs: d.local, PortMTU: d.info.ActiveMTU, MaxInflight: d.cfg.MaxInflight})
+	eng, err := qp.NewEngine(qp.EngineConfig{Out: &w.out, LocalIPs: d.local, PortMTU: d.info.ActiveMTU, MaxInflight: d.cfg.MaxInflight,
+		LineRate: d.cfg.LineRate, PaceBurst: d.cfg.PaceBurst, CC: d.cfg.CC})
 	if err != nil {
 		return nil, fmt.Errorf("roce: worker %d: %w", id, err)
 	}
