@@ -96,6 +96,8 @@ type perfOptions struct {
 	tos        int    // -T: the data connections' type of service; -1: none
 	retry      int    // --retry_count: the rdma_cm connections' retry counts
 	perftest   string // --perftest: "auto", "4.5" or "25.01"
+
+	rate perfRate // --rate_limit and its companions (perf_rate.go)
 }
 
 // perfModes are perf tests that are not perftest's: each parses its own
@@ -135,6 +137,7 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.retry, "retry_count", o.retry, "retry `count` of the rdma_cm connections (with -R; at most 7 is used)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long`")
 	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")
+	o.rate.addFlags(fs)
 	fs.StringVar(&o.perftest, "perftest", "auto", "the perftest `release` to look like: 4.5 or 25.01 (its version on the wire, banner and tables), or auto: the peer's, 4.5 towards xroce")
 	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"D", "duration"}, {"a", "all"}, {"q", "qp"},
 		{"m", "mtu"}, {"x", "gid-index"}, {"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"c", "connection"},
@@ -265,7 +268,7 @@ func (o *perfOptions) check() error {
 	}
 	// A signaled request must fit in the send queue's window.
 	o.cqMod = min(o.cqMod, o.txDepth)
-	return nil
+	return o.rate.check(o)
 }
 
 // sizes are the message sizes to run: with -a, 2 … 2^23 bytes (UD: up
@@ -364,6 +367,9 @@ func (r *perfRun) run(ctx context.Context) error {
 		return fmt.Errorf("perf: %w", err)
 	}
 	if err := r.resources(); err != nil {
+		return fmt.Errorf("perf: %w", err)
+	}
+	if err := r.pace(o.size); err != nil {
 		return fmt.Errorf("perf: %w", err)
 	}
 	if o.rdmaCM {

@@ -120,6 +120,9 @@ func (r *perfRun) sendWR(i, size int) roce.SendWR {
 // signaled.
 func (r *perfRun) bandwidth(ctx context.Context, size int) (perftest.BWReport, error) {
 	o := r.o
+	if err := r.pace(size); err != nil {
+		return perftest.BWReport{}, err
+	}
 	nq := len(r.qps)
 	iters := o.iters
 	var end time.Time
