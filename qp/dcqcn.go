@@ -3,6 +3,7 @@ package qp
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -42,14 +43,15 @@ import (
 //
 // A DCQCN is pure: its methods take the time, it keeps no timers. The
 // engine asks it for the rate before each packet and tells it the bytes
-// sent; the pacer (pace.go) spaces packets at that rate.
+// sent; the pacer (pace.go) spaces packets at that rate, and a QP that
+// waits for its pacer also wakes at Next, when the rate may change.
 type DCQCN struct {
 	p       *DCQCNParams
 	max     int64 // the RT cap: p.MaxRate or the line rate
 	first   int64 // RC and RT on the first CNP
 	limited bool
 	rc, rt  int64 // current and target rate, bits/s
-	alpha   int64 // in 1/1024
+	alpha   int64 // in 1/1024 << alphaFrac
 	cnpA    bool  // a CNP arrived since the last α update
 	cnpD    bool  // a CNP arrived since the last monitor tick
 	epoch   time.Duration
@@ -158,6 +160,14 @@ func (p *DCQCNParams) Validate() error {
 	return nil
 }
 
+// alphaFrac is the bits of α kept below ConnectX's unit of 1/1024. With
+// α in whole 1/1024 units (isekai's model), flooring α·G/1024 takes at
+// least one unit off at every update, so that CNPs less often than every
+// 1024−G updates (5 µs by default) cannot hold α up at all and cuts fade
+// to nothing; ConnectX's internal precision is not public. The extra bits
+// make the updates those of the real-valued α of the DCQCN paper.
+const alphaFrac = 20
+
 // maxCatchUp bounds the increase events one update replays; beyond it the
 // limiter is released (see DCQCN).
 const maxCatchUp = 1 << 16
@@ -196,8 +206,21 @@ func (d *DCQCN) Target() int64 {
 	return d.rt
 }
 
+// Next returns the time of the next event that changes the rate (a cut
+// or a timer increase), Never when unlimited. A QP that waits for its
+// pacer wakes then, so that a rate raised meanwhile shortens the wait.
+func (d *DCQCN) Next() time.Duration {
+	if !d.limited {
+		return Never
+	}
+	if d.cnpD {
+		return min(d.decAt, d.incAt)
+	}
+	return d.incAt
+}
+
 // Alpha returns α in 1/1024, as of the latest update.
-func (d *DCQCN) Alpha() int64 { return d.alpha }
+func (d *DCQCN) Alpha() int64 { return d.alpha >> alphaFrac }
 
 // Cuts returns the number of rate cuts so far.
 func (d *DCQCN) Cuts() uint64 { return d.cuts }
@@ -208,7 +231,7 @@ func (d *DCQCN) OnCNP(now time.Duration) {
 	if !d.limited {
 		p := d.p
 		d.limited = true
-		d.alpha = p.InitialAlpha
+		d.alpha = p.InitialAlpha << alphaFrac
 		d.rc, d.rt = d.first, d.first
 		d.epoch, d.alphaAt, d.incAt = now, now, now+p.TimeReset
 		d.t, d.bc, d.bytes = 0, 0, 0
@@ -277,7 +300,7 @@ func (d *DCQCN) updateAlpha(now time.Duration) {
 	d.alphaAt += n * p.AlphaPeriod
 	for ; n > 0; n-- {
 		if d.cnpA {
-			d.alpha = min(d.alpha*p.G/1024+1024-p.G, 1023)
+			d.alpha = min(d.alpha*p.G/1024+(1024-p.G)<<alphaFrac, 1023<<alphaFrac)
 			d.cnpA = false
 			continue
 		}
@@ -296,7 +319,9 @@ func (d *DCQCN) cut(at time.Duration) {
 	if p.ClampTargetRate || d.bc > 0 || p.ClampAfterTimeInc && d.t > 0 {
 		d.rt = d.rc
 	}
-	dec := min(d.rc*d.alpha>>p.Gd, d.rc*int64(100-p.MinDecFac)/100)
+	hi, lo := bits.Mul64(uint64(d.rc), uint64(d.alpha))
+	sh := p.Gd + alphaFrac
+	dec := min(int64(hi<<(64-sh)|lo>>sh), d.rc*int64(100-p.MinDecFac)/100)
 	d.rc = max(d.rc-dec, p.MinRate)
 	d.t, d.bc, d.bytes = 0, 0, 0
 	d.incAt = at + p.TimeReset

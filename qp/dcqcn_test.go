@@ -8,6 +8,9 @@ import (
 
 const gbps = 1_000_000_000
 
+// decay is ConnectX's default α weight, dce_tcp_g/1024.
+const decay = 1019.0 / 1024
+
 // limitedDCQCN returns a DCQCN on a 100 Gb/s port whose limiter was
 // allocated by a CNP at time 0.
 func limitedDCQCN(p *DCQCNParams) DCQCN {
@@ -20,13 +23,13 @@ func TestDCQCNFirstCNP(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		tune  func(*DCQCNParams)
-		at4us int64 // RC at the first monitor tick
+		at4us float64 // RC at the first monitor tick
 	}{
 		// isekai: the first CNP only allocates the limiter.
 		{"allocate only", nil, 100 * gbps},
 		// hpcc: it also cuts at the first monitor tick, with α decayed
-		// over the 4 α periods since: 1023 → 1018 → 1013 → 1008 → 1003.
-		{"cut on first", func(p *DCQCNParams) { p.CutOnFirstCNP = true }, 100*gbps - 100*gbps*1003>>11},
+		// over the 4 α periods since: 1023·(1019/1024)⁴ ≈ 1003.1.
+		{"cut on first", func(p *DCQCNParams) { p.CutOnFirstCNP = true }, 100 * gbps * (1 - 1023*math.Pow(decay, 4)/2048)},
 		// rate_to_set_on_first_cnp
 		{"first rate", func(p *DCQCNParams) { p.FirstCNPRate = 25 * gbps }, 25 * gbps},
 	} {
@@ -44,8 +47,8 @@ func TestDCQCNFirstCNP(t *testing.T) {
 				t.Fatalf("after the first CNP: limited %v α %d, want limited, 1023", d.Limited(), d.Alpha())
 			}
 			d.Update(4 * time.Microsecond)
-			if d.Rate() != tc.at4us {
-				t.Errorf("RC at 4 µs = %d, want %d", d.Rate(), tc.at4us)
+			if math.Abs(float64(d.Rate())/tc.at4us-1) > 1e-6 {
+				t.Errorf("RC at 4 µs = %d, want %.0f", d.Rate(), tc.at4us)
 			}
 		})
 	}
@@ -65,10 +68,9 @@ func TestDCQCNCut(t *testing.T) {
 		// rpg_gd 12: a quarter of α·RC.
 		{"gd 12", func(p *DCQCNParams) { slowAlpha(p); p.Gd = 12 }, 1 - 1023.0/4096},
 		// Default α period: the CNP at 1 µs raised nothing yet (it
-		// counts at the next α update); α decayed once, 1023 → 1018, and
-		// once more with the CNP's increase at 2, 3 and 4 µs:
-		// 1018·1019/1024+5 = 1018, then 1013, 1008.
-		{"default alpha", nil, 1 - 1008.0/2048},
+		// counts at the next α update); α decayed at 1 µs, decayed and
+		// took the CNP's 5/1024 at 2 µs, decayed at 3 and 4 µs.
+		{"default alpha", nil, 1 - ((1023*decay*decay+5)*decay*decay)/2048},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := DefaultDCQCN()
@@ -83,7 +85,7 @@ func TestDCQCNCut(t *testing.T) {
 			}
 			d.Update(4 * time.Microsecond)
 			got := float64(d.Rate()) / (100 * gbps)
-			if d.Cuts() != 1 || math.Abs(got-tc.want) > 1e-9 {
+			if d.Cuts() != 1 || math.Abs(got-tc.want) > 1e-6 {
 				t.Errorf("after one cut: RC = %.6f·RC (%d cuts), want %.6f·RC", got, d.Cuts(), tc.want)
 			}
 			if d.Target() != 100*gbps {
@@ -220,26 +222,35 @@ func TestDCQCNAlphaDecay(t *testing.T) {
 	for _, k := range []int{1, 10, 50, 142, 300, 1000} {
 		d := limitedDCQCN(&p)
 		d.OnCNP(time.Duration(k)*time.Microsecond + 1) // brings α up to date
-		want := 1023 * math.Pow(1019.0/1024, float64(k))
-		got := float64(d.Alpha())
-		// Integer flooring loses up to one unit per step.
-		if got > want || got < want-float64(k)-1 {
-			t.Errorf("α after %d µs = %v, want about %.1f", k, got, want)
+		want := 1023 * math.Pow(decay, float64(k))
+		got := float64(d.Alpha()) // in whole 1/1024: floored
+		if got > want || got < want-1 {
+			t.Errorf("α after %d µs = %v, want %.2f", k, got, want)
 		}
-		if k == 142 && (got < 440 || got > 512) {
-			t.Errorf("α after 142 µs = %v, want about half of 1023 (a little less: flooring)", got)
+		if k == 142 && (got < 500 || got > 512) {
+			t.Errorf("α after 142 µs = %v, want about half of 1023", got)
 		}
 	}
-	// CNPs in every period push α up: α ← ⌊α·1019/1024⌋ + 5, whose fixed
-	// point with the flooring is about 820, not 1023.
+	// CNPs in every period push α up: α ← α·1019/1024 + 5, whose fixed
+	// point is 1024, capped at 1023. (In whole 1/1024 units, flooring,
+	// it would stop near 820.)
 	d := limitedDCQCN(&p)
 	d.OnCNP(500 * time.Microsecond)
 	low := d.Alpha()
 	for i := range 2000 {
 		d.OnCNP(500*time.Microsecond + time.Duration(i)*time.Microsecond)
 	}
-	if low > 200 || d.Alpha() < 800 || d.Alpha() > 830 {
-		t.Errorf("α %d after 500 µs without CNPs, %d after 2000 µs of CNPs; want low, then about 820", low, d.Alpha())
+	// A CNP every 12 µs holds α at about 5/(1 − (1019/1024)¹²) ≈ 86 (in
+	// 1/1024), where flooring whole units would have taken it to 0.
+	sparse := limitedDCQCN(&p)
+	for i := range 200 {
+		sparse.OnCNP(time.Duration(i*12) * time.Microsecond)
+	}
+	if a := sparse.Alpha(); a < 75 || a > 95 {
+		t.Errorf("α %d with a CNP every 12 µs, want about 86", a)
+	}
+	if low > 100 || d.Alpha() < 1015 {
+		t.Errorf("α %d after 500 µs without CNPs, %d after 2000 µs of CNPs; want low, then near 1023", low, d.Alpha())
 	}
 }
 

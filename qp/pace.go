@@ -8,18 +8,18 @@ import (
 // The pacer: a QP whose rate is limited, by DCQCN (dcqcn.go) or by its
 // static limit (Config.RateLimit), spaces the data packets it sends
 // (requests and READ responses; not ACKs or CNPs) at that rate, as an RNIC
-// spaces them by size/rate. It is a generic cell rate algorithm (the
-// virtual-scheduling form of a token bucket, ITU-T I.371): the QP keeps
-// the theoretical time its next packet is due (tat); a packet may go
-// while tat is no more than the burst tolerance ahead of now, and moves
-// tat on by its wire time at the rate (frame plus 24 bytes of preamble,
-// FCS and inter-frame gap). The tolerance is the time the burst (bytes)
-// takes at the rate, at least one full packet: a QP that the engine polls
-// late sends what the burst allows at once and then keeps the rate.
+// spaces them by size/rate. It is a token bucket counted in bytes on the
+// wire (frame plus 24 bytes of preamble, FCS and inter-frame gap): the
+// bucket fills at the rate up to the burst; a packet may go while the
+// bucket holds anything, and takes its bytes out (the bucket may go
+// negative by that packet). A QP that the engine polls late thus sends
+// what the burst allows at once and then keeps the rate. Counting bytes
+// rather than times keeps a deficit right when DCQCN changes the rate:
+// the wait for it is recomputed at the new rate.
 //
 // The pacer needs no timer of its own: a QP that must wait stops sending
-// and its Poll deadline becomes the time the next packet may go, through
-// the engine's timer heap like any other deadline.
+// and its Poll deadline becomes the time the bucket holds a byte again,
+// through the engine's timer heap like any other deadline.
 
 // wireOverhead is what Ethernet adds to a frame on the wire: preamble and
 // start delimiter (8), FCS (4) and the inter-frame gap (12).
@@ -74,18 +74,42 @@ func (q *QP) noteRate(cuts uint64) {
 func (q *QP) paced(now time.Duration) bool {
 	r := q.paceRate(now)
 	if r == 0 {
+		q.credit, q.creditAt = int64(q.paceBurst()), now
 		return false
 	}
-	burst := q.burst
-	if burst == 0 {
-		burst = q.e.cc.burst
-	}
-	tol := wireTime(int64(max(burst, int(q.mtu)+wireOverhead+128)), r)
-	if q.tat-tol <= now {
+	q.refill(now, r)
+	if q.credit > 0 {
 		return false
 	}
-	q.paceAt = min(q.paceAt, q.tat-tol)
+	q.paceAt = min(q.paceAt, now+wireTime(1-q.credit, r)+1, q.rp.Next())
 	return true
+}
+
+// paceBurst returns the size of q's bucket in bytes.
+func (q *QP) paceBurst() int {
+	if q.burst != 0 {
+		return q.burst
+	}
+	return q.e.cc.burst
+}
+
+// refill fills q's bucket for the time since it was last filled, at rate
+// r, up to the burst.
+func (q *QP) refill(now time.Duration, r int64) {
+	burst := int64(q.paceBurst())
+	dt := now - q.creditAt
+	q.creditAt = now
+	if dt <= 0 || q.credit >= burst {
+		q.credit = min(q.credit, burst)
+		return
+	}
+	// The time to fill the bucket bounds dt, so that dt·r cannot
+	// overflow (burst ≤ maxPaceBurst).
+	if full := wireTime(burst-q.credit, r); dt >= full {
+		q.credit = burst
+		return
+	}
+	q.credit = min(q.credit+int64(dt)*r/(8*int64(time.Second)), burst)
 }
 
 // onDataSent charges a data frame of n bytes sent at now to q's pacer and
@@ -96,11 +120,10 @@ func (q *QP) onDataSent(n int, now time.Duration) {
 		q.rp.OnSent(n, now)
 		q.noteRate(cuts)
 	}
-	r := q.paceRate(now)
-	if r == 0 {
-		return
+	if r := q.paceRate(now); r != 0 {
+		q.refill(now, r)
+		q.credit -= int64(n + wireOverhead)
 	}
-	q.tat = max(q.tat, now) + wireTime(int64(n+wireOverhead), r)
 }
 
 // SetRateLimit sets q's static maximum rate in bits/s of Ethernet frames on

@@ -207,14 +207,15 @@ type QP struct {
 	ackNow     bool
 	recovering bool
 	// Congestion control (cc.go, pace.go): the static rate limit and
-	// the pacer's burst (0: the engine's); DCQCN; when the pacer lets
-	// the next data packet go, and until when q waits for it in this
-	// Poll (Never if not); the time of the last CNP armed, and the CNPs
+	// the pacer's burst (0: the engine's); DCQCN; the pacer's bucket and
+	// when it was filled, and until when q waits for it in this Poll
+	// (Never if not); the time of the last CNP armed, and the CNPs
 	// to send.
 	rateLimit int64
 	burst     int
 	rp        DCQCN
-	tat       time.Duration
+	credit    int64 // the pacer's bucket, in bytes
+	creditAt  time.Duration
 	paceAt    time.Duration
 	lastCNP   time.Duration
 	cnpDue    int

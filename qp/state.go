@@ -434,6 +434,6 @@ func (q *QP) reset() {
 	q.recovering = false
 	q.resetResponder()
 	q.rp = NewDCQCN(&q.e.cc.dcqcn, q.e.cc.lineRate)
-	q.tat, q.paceAt = 0, Never
+	q.credit, q.creditAt, q.paceAt = int64(q.paceBurst()), 0, Never
 	q.lastCNP, q.cnpDue = neverCNP, 0
 }
