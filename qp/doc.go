@@ -31,7 +31,10 @@
 // queues), timer.go (local ACK timeout, RNR wait), qp.go (Engine, QP
 // creation, frame dispatch, Poll), sched.go (the QPs with work and the
 // timer heap), budget.go (the transmit budget the RC QPs share, in
-// turns), queues.go (work queues that grow to their depths).
+// turns), queues.go (work queues that grow to their depths), cc.go (ECN,
+// CNPs: RoCE v2 congestion notification, Annex A17.9), dcqcn.go (the
+// reaction point, as ConnectX runs it), pace.go (the pacer and static
+// rate limits).
 //
 // Interop choices follow rxe: AckReq on the last packet of a message and
 // at least every 64 packets; at most 128 unacknowledged PSNs; ACKs carry

@@ -51,14 +51,6 @@ func checkFair(t *testing.T, r *Result, from, to, span time.Duration, on []bool,
 	}
 }
 
-func gbits(g []float64) string {
-	s := ""
-	for _, x := range g {
-		s += fmt.Sprintf(" %.2f", x/1e9)
-	}
-	return s + " Gb/s"
-}
-
 func checkClean(t *testing.T, r *Result) {
 	t.Helper()
 	if r.Dropped != 0 || r.Retransmits != 0 || r.Errors != 0 {
