@@ -214,13 +214,29 @@ func printSnapshot(w io.Writer, s, prev *statsock.Snapshot, all bool) {
 				fmt.Fprintf(w, " -> %s", q.Peer)
 			}
 			for _, c := range q.Counters {
-				if c.Value != 0 || all {
+				switch {
+				case c.Name == "rate" && c.Value != 0:
+					// The rate the QP is paced at (DCQCN or its
+					// limit), bits/s.
+					fmt.Fprintf(w, "  rate %s", bitRate(c.Value))
+				case c.Value != 0 || all:
 					fmt.Fprintf(w, "  %s %d", c.Name, c.Value)
 				}
 			}
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// bitRate formats a rate in bits/s: 2.50Gb/s, 800.0Mb/s.
+func bitRate(v uint64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2fGb/s", float64(v)/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fMb/s", float64(v)/1e6)
+	}
+	return fmt.Sprintf("%.1fkb/s", float64(v)/1e3)
 }
 
 // rate formats a per-second rate briefly: (+1.2k/s).
