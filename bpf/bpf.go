@@ -32,6 +32,16 @@
 // driver and receive redirects them before netfilter. Set on the receiving
 // end, it loses frames on their way in, whichever way they were sent.
 //
+// # CE marking
+//
+// In the same way SetMarkCE(p) makes the program mark a fraction of the
+// ECN-capable RoCE v2 frames it redirects Congestion Experienced, as a
+// congested switch does, before they reach the socket: how tests exercise
+// RoCE v2 congestion control (CNPs, DCQCN) where no qdisc marks ECN (a
+// kernel without sch_red) or cannot see the traffic (AF_XDP transmit skips
+// the sender's qdiscs). The IPv4 checksum is updated as RFC 1624 says; the
+// ICRC does not cover the TOS byte.
+//
 // Two variants exist: the plain one, and one loaded with BPF_F_XDP_HAS_FRAGS
 // (Options.Frags) for multi-buffer XDP (Linux 5.18), which veth and most
 // drivers require before they accept an MTU above one page minus headroom
@@ -119,4 +129,6 @@ type Counters struct {
 	// InjectedDrops is the number of frames dropped (XDP_DROP) by the loss
 	// that SetLoss injects.
 	InjectedDrops uint64
+	// MarkedCE is the number of frames SetMarkCE's marking set to CE.
+	MarkedCE uint64
 }

@@ -39,7 +39,8 @@ type Program struct {
 	link      link.Link
 	mode      AttachMode
 	ifindex   int
-	threshold uint32 // loss_map[0]
+	threshold uint32 // loss_map[0].loss
+	mark      uint32 // loss_map[0].mark
 	closed    bool
 }
 
@@ -88,12 +89,12 @@ func Load(opts Options) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The program only reads the threshold: BPF_F_RDONLY_PROG (Linux 5.2).
+	// The program only reads the thresholds: BPF_F_RDONLY_PROG (Linux 5.2).
 	loss, err := newMap("loss map", &ebpf.MapSpec{
 		Name:       lossSymbol,
 		Type:       ebpf.Array,
 		KeySize:    4,
-		ValueSize:  4,
+		ValueSize:  thresholdsSize,
 		MaxEntries: 1,
 		Flags:      unix.BPF_F_RDONLY_PROG,
 	})

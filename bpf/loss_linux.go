@@ -9,6 +9,12 @@ import (
 type counterValues struct {
 	Redirected    uint64
 	InjectedDrops uint64
+	MarkedCE      uint64
+}
+
+// thresholdValues is struct thresholds, the loss map's value.
+type thresholdValues struct {
+	Loss, Mark uint32
 }
 
 // lossThreshold turns a loss probability in [0, 1] into the program's
@@ -50,11 +56,43 @@ func (p *Program) SetLoss(prob float64) error {
 		return fmt.Errorf("set loss: %w", ErrClosed)
 	}
 	t := lossThreshold(prob)
-	if err := p.loss.Put(uint32(0), t); err != nil {
+	if err := p.loss.Put(uint32(0), thresholdValues{Loss: t, Mark: p.mark}); err != nil {
 		return fmt.Errorf("set loss: %w", classify(err))
 	}
 	p.threshold = t
 	return nil
+}
+
+// SetMarkCE makes the program mark CE (ECN congestion experienced, RFC
+// 3168) each ECN-capable RoCE v2 frame it redirects with probability prob,
+// as a congested switch would, fixing the IPv4 header checksum; frames
+// that are Not-ECT or already CE are left alone, and so is everything that
+// is not RoCE. 0 turns marking off (the default), 1 marks every frame.
+// Loss is decided first: a dropped frame is not marked. The ICRC does not
+// cover the TOS byte, so a marked frame stays valid.
+func (p *Program) SetMarkCE(prob float64) error {
+	if !(prob >= 0 && prob <= 1) {
+		return fmt.Errorf("set mark: probability %v not in [0, 1]", prob)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("set mark: %w", ErrClosed)
+	}
+	m := lossThreshold(prob)
+	if err := p.loss.Put(uint32(0), thresholdValues{Loss: p.threshold, Mark: m}); err != nil {
+		return fmt.Errorf("set mark: %w", classify(err))
+	}
+	p.mark = m
+	return nil
+}
+
+// MarkCE returns the marking probability in effect, as SetMarkCE last set
+// it (rounded to 2⁻³²).
+func (p *Program) MarkCE() float64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return lossProbability(p.mark)
 }
 
 // Loss returns the loss probability in effect, as SetLoss last set it
@@ -81,6 +119,7 @@ func (p *Program) Counters() (Counters, error) {
 	for _, v := range perCPU {
 		c.Redirected += v.Redirected
 		c.InjectedDrops += v.InjectedDrops
+		c.MarkedCE += v.MarkedCE
 	}
 	return c, nil
 }

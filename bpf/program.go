@@ -70,13 +70,17 @@ const (
 	lblDrop     = "drop"
 	lblDropped  = "dropped"
 	lblRedirect = "redirect"
+	lblMark     = "mark"
+	lblMarkNow  = "mark_now"
+	lblMark6    = "mark6"
+	lblMarked   = "marked"
 	lblDone     = "done"
 	lblPass     = "pass"
 )
 
 // Symbols the program's map loads carry until the maps are associated with
-// them: mapSymbol the XSKMAP, lossSymbol the loss threshold's value,
-// countersSymbol the per-CPU counters.
+// them: mapSymbol the XSKMAP, lossSymbol the loss and marking thresholds'
+// value, countersSymbol the per-CPU counters.
 const (
 	mapSymbol      = "xsks_map"
 	lossSymbol     = "loss_map"
@@ -88,12 +92,30 @@ const (
 // the program tests for this value first.
 const lossAlways = 0xffffffff
 
+// Offsets of the fields of the loss map's value, struct thresholds in the
+// program's C equivalent; thresholdValues is its Go twin.
+const (
+	thresholdLossOff = 0
+	thresholdMarkOff = 4
+	thresholdsSize   = 8
+)
+
 // Offsets of the fields of the counters map's value, struct counters in the
 // program's C equivalent; counterValues is its Go twin.
 const (
 	countersRedirectedOff    = 0
 	countersInjectedDropsOff = 8
-	countersSize             = 16
+	countersMarkedCEOff      = 16
+	countersSize             = 24
+)
+
+// ECN marking (RFC 3168 §5): the two low bits of the IPv4 TOS byte, or bits
+// 4 and 5 of the IPv6 header's second byte (the low bits of the traffic
+// class); 11 is CE.
+const (
+	ipv4ChecksumOff = 10
+	ecnMask         = 3
+	ecnMask6        = 0x30
 )
 
 // instructions returns the XDP program. In C it would read:
@@ -118,26 +140,41 @@ const (
 //	} else return XDP_PASS;
 //	if (udp->dest != htons(4791)) return XDP_PASS;
 //
-//	// A RoCE v2 frame: loss injection, then the redirect.
-//	u32 loss = loss_map[0];             // direct value access, no helper call
+//	// A RoCE v2 frame: loss injection, CE marking, then the redirect.
+//	u32 loss = loss_map[0].loss;        // direct value access, no helper call
 //	u32 zero = 0;
 //	struct counters *c = bpf_map_lookup_elem(&counters, &zero); // per-CPU
 //	if (loss != 0 && (loss == 0xffffffff || bpf_get_prandom_u32() < loss)) {
 //		if (c) c->injected_drops++;
 //		return XDP_DROP;
 //	}
+//	u32 mark = loss_map[0].mark;
+//	if (mark != 0 && (mark == 0xffffffff || bpf_get_prandom_u32() < mark)) {
+//		if (ip->version == 4) {
+//			if ((ip->tos & 3) == 0 || (ip->tos & 3) == 3) goto redirect;
+//			u16 old = *(u16 *)ip, new = old | htons(3); // TOS |= CE
+//			ip->check = csum_replace(ip->check, old, new); // RFC 1624 eq. 3
+//			*(u16 *)ip = new;
+//		} else {
+//			if ((ip6[1] & 0x30) == 0 || (ip6[1] & 0x30) == 0x30) goto redirect;
+//			ip6[1] |= 0x30;                                // traffic class |= CE
+//		}
+//		if (c) c->marked_ce++;
+//	}
+//	redirect:
 //	act = bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
 //	if (act == XDP_REDIRECT && c) c->redirected++;
 //	return act;
 //
 // with
 //
-//	struct counters { u64 redirected, injected_drops; };
+//	struct thresholds { u32 loss, mark; };
+//	struct counters { u64 redirected, injected_drops, marked_ce; };
 //
 // Registers: R6 context, R2 data, R3 data_end, R4 start of the IP header,
 // R5 bounds-check cursor, R0 the field under test; for a RoCE frame R7 the
-// loss threshold and R8 this CPU's counters (or NULL), both kept across the
-// helper calls.
+// loss threshold, then the marking one, R8 this CPU's counters (or NULL)
+// and R9 the IP header, all kept across the helper calls.
 //
 // With frags (multi-buffer XDP) data..data_end covers only the first buffer;
 // the headers the program reads are always there, so the same code serves
@@ -194,18 +231,19 @@ func instructions() asm.Instructions {
 		// A RoCE frame. R7 = the loss threshold, read straight from the
 		// array's value (BPF_PSEUDO_MAP_VALUE, Linux 5.5); R8 = this CPU's
 		// counters. A threshold of 0 costs one compare.
-		asm.LoadMapValue(asm.R1, 0, 0).WithReference(lossSymbol).WithSymbol(lblRoCE),
-		asm.LoadMem(asm.R7, asm.R1, 0, asm.Word),
+		asm.Mov.Reg(asm.R9, asm.R4).WithSymbol(lblRoCE),
+		asm.LoadMapValue(asm.R1, 0, 0).WithReference(lossSymbol),
+		asm.LoadMem(asm.R7, asm.R1, thresholdLossOff, asm.Word),
 		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -4),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(countersSymbol),
 		asm.FnMapLookupElem.Call(),
 		asm.Mov.Reg(asm.R8, asm.R0),
-		asm.JEq.Imm(asm.R7, 0, lblRedirect),
+		asm.JEq.Imm(asm.R7, 0, lblMark),
 		asm.JEq.Imm32(asm.R7, -1, lblDrop), // lossAlways
 		asm.FnGetPrandomU32.Call(),
-		asm.JGE.Reg32(asm.R0, asm.R7, lblRedirect),
+		asm.JGE.Reg32(asm.R0, asm.R7, lblMark),
 
 		// Injected loss: count it and drop the frame.
 		asm.JEq.Imm(asm.R8, 0, lblDropped).WithSymbol(lblDrop),
@@ -214,6 +252,57 @@ func instructions() asm.Instructions {
 		asm.StoreMem(asm.R8, countersInjectedDropsOff, asm.R1, asm.DWord),
 		asm.Mov.Imm(asm.R0, XDPDrop).WithSymbol(lblDropped),
 		asm.Return(),
+
+		// CE marking, with its own threshold: R7 = the marking threshold.
+		asm.LoadMapValue(asm.R1, 0, 0).WithReference(lossSymbol).WithSymbol(lblMark),
+		asm.LoadMem(asm.R7, asm.R1, thresholdMarkOff, asm.Word),
+		asm.JEq.Imm(asm.R7, 0, lblRedirect),
+		asm.JEq.Imm32(asm.R7, -1, lblMarkNow), // lossAlways: every frame
+		asm.FnGetPrandomU32.Call(),
+		asm.JGE.Reg32(asm.R0, asm.R7, lblRedirect),
+		asm.LoadMem(asm.R0, asm.R9, ipv4VerIHLOff, asm.Byte).WithSymbol(lblMarkNow),
+		asm.RSh.Imm(asm.R0, 4),
+		asm.JEq.Imm(asm.R0, 6, lblMark6),
+		// IPv4: only an ECN-capable frame (ECT(0), ECT(1)) is marked.
+		asm.LoadMem(asm.R1, asm.R9, 1, asm.Byte),
+		asm.And.Imm(asm.R1, ecnMask),
+		asm.JEq.Imm(asm.R1, 0, lblRedirect),
+		asm.JEq.Imm(asm.R1, ecnMask, lblRedirect),
+		// R3 the old first word (version, IHL, TOS), R4 the new one; the
+		// checksum follows RFC 1624 eq. 3, HC' = ~(~HC + ~m + m'), in
+		// native order, which the ones' complement sum does not mind.
+		asm.LoadMem(asm.R3, asm.R9, 0, asm.Half),
+		asm.Mov.Reg(asm.R4, asm.R3),
+		asm.Or.Imm(asm.R4, wire16(ecnMask)),
+		asm.LoadMem(asm.R5, asm.R9, ipv4ChecksumOff, asm.Half),
+		asm.Xor.Imm(asm.R5, 0xffff),
+		asm.Xor.Imm(asm.R3, 0xffff),
+		asm.Add.Reg(asm.R5, asm.R3),
+		asm.Add.Reg(asm.R5, asm.R4),
+		asm.Mov.Reg(asm.R0, asm.R5),
+		asm.RSh.Imm(asm.R0, 16),
+		asm.And.Imm(asm.R5, 0xffff),
+		asm.Add.Reg(asm.R5, asm.R0),
+		asm.Mov.Reg(asm.R0, asm.R5),
+		asm.RSh.Imm(asm.R0, 16),
+		asm.And.Imm(asm.R5, 0xffff),
+		asm.Add.Reg(asm.R5, asm.R0),
+		asm.Xor.Imm(asm.R5, 0xffff),
+		asm.StoreMem(asm.R9, ipv4ChecksumOff, asm.R5, asm.Half),
+		asm.StoreMem(asm.R9, 0, asm.R4, asm.Half),
+		asm.Ja.Label(lblMarked),
+		// IPv6: the ECN bits are bits 5:4 of the second byte.
+		asm.LoadMem(asm.R1, asm.R9, 1, asm.Byte).WithSymbol(lblMark6),
+		asm.Mov.Reg(asm.R2, asm.R1),
+		asm.And.Imm(asm.R2, ecnMask6),
+		asm.JEq.Imm(asm.R2, 0, lblRedirect),
+		asm.JEq.Imm(asm.R2, ecnMask6, lblRedirect),
+		asm.Or.Imm(asm.R1, ecnMask6),
+		asm.StoreMem(asm.R9, 1, asm.R1, asm.Byte),
+		asm.JEq.Imm(asm.R8, 0, lblRedirect).WithSymbol(lblMarked),
+		asm.LoadMem(asm.R1, asm.R8, countersMarkedCEOff, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R8, countersMarkedCEOff, asm.R1, asm.DWord),
 
 		// bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS): the
 		// flags argument is the action when the queue has no socket (≥ 5.3).
