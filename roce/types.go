@@ -27,6 +27,10 @@ type (
 	DCQCNParams   = qp.DCQCNParams
 )
 
+// DefaultDCQCN returns ConnectX's DCQCN parameters (qp.DefaultDCQCN), to
+// change some of them in Config.CC.DCQCN.
+func DefaultDCQCN() DCQCNParams { return qp.DefaultDCQCN() }
+
 // Queue pair types.
 const (
 	RC = qp.RC
