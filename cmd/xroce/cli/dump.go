@@ -408,8 +408,19 @@ func (d *dumper) line(ts string, st icrcState) {
 	d.w.Write(b)
 }
 
-// appendExt appends the key fields of each extension header present.
+// appendExt appends the key fields of each extension header present, and
+// the congestion marks: CE in the IP header, FECN and BECN in the BTH (a
+// CNP carries BECN).
 func appendExt(b []byte, f *bth.Frame) []byte {
+	if f.ECN() == bth.CE {
+		b = append(b, " ECN CE"...)
+	}
+	if f.BTH.FECN() {
+		b = append(b, " FECN"...)
+	}
+	if f.BTH.BECN() {
+		b = append(b, " BECN"...)
+	}
 	if f.RDETH != nil {
 		b = fmt.Appendf(b, " DC %08x %08x RDETH eec 0x%06x", binary.BigEndian.Uint32(f.DCETH), binary.BigEndian.Uint32(f.DCETH[4:]), f.RDETH.EEContext())
 	}
@@ -456,16 +467,17 @@ func (d *dumper) detail(st icrcState) {
 		fmt.Fprintf(w, "  802.1Q    pcp %d  dei %d  vid %d  type 0x%04x\n", f.VLAN.PCP(), boolBit(f.VLAN.DEI()), f.VLAN.ID(), f.VLAN.EtherType())
 	}
 	if ip := f.IPv4; ip != nil {
-		fmt.Fprintf(w, "  IPv4      version 4  ihl %d  tos 0x%02x (dscp %d ecn %d)  total length %d  id 0x%04x\n",
-			ip.IHL(), ip.TOS(), ip.TOS()>>2, ip.TOS()&3, ip.TotalLen(), ip.ID())
+		fmt.Fprintf(w, "  IPv4      version 4  ihl %d  tos 0x%02x (dscp %d ecn %d %v)  total length %d  id 0x%04x\n",
+			ip.IHL(), ip.TOS(), ip.TOS()>>2, ip.TOS()&3, bth.ECNOf(ip.TOS()), ip.TotalLen(), ip.ID())
 		fmt.Fprintf(w, "            flags%s%s  fragment offset %d  ttl %d  protocol %d (UDP)  checksum 0x%04x\n",
 			map[bool]string{true: " DF", false: ""}[ip.DF()], map[bool]string{true: " MF", false: ""}[ip.MF()],
 			ip.FragOff(), ip.TTL(), ip.Protocol(), ip.Checksum())
 		fmt.Fprintf(w, "            src %s  dst %s\n", ip.Src(), ip.Dst())
 	}
 	if ip := f.IPv6; ip != nil {
-		fmt.Fprintf(w, "  IPv6      traffic class 0x%02x  flow label 0x%05x  payload length %d  next header %d (UDP)  hop limit %d\n",
-			ip.TrafficClass(), ip.FlowLabel(), ip.PayloadLen(), ip.NextHeader(), ip.HopLimit())
+		tc := ip.TrafficClass()
+		fmt.Fprintf(w, "  IPv6      traffic class 0x%02x (dscp %d ecn %d %v)  flow label 0x%05x  payload length %d  next header %d (UDP)  hop limit %d\n",
+			tc, tc>>2, tc&3, bth.ECNOf(tc), ip.FlowLabel(), ip.PayloadLen(), ip.NextHeader(), ip.HopLimit())
 		fmt.Fprintf(w, "            src %s  dst %s\n", ip.Src(), ip.Dst())
 	}
 	if f.GRH != nil {
