@@ -129,7 +129,7 @@ type AddressVector struct {
 	DstIP        netip.Addr // IPv4, IPv4-mapped or IPv6; the same family as SrcIP
 	SrcIP        netip.Addr
 	HopLimit     uint8 // IPv4 TTL or IPv6 hop limit; 0 means 64
-	TrafficClass uint8 // IPv4 TOS or IPv6 traffic class
+	TrafficClass uint8 // IPv4 TOS or IPv6 traffic class; ECN bits 0 are sent as ECT(0) unless CCConfig.NoECT
 	FlowLabel    uint32
 }
 

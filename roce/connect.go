@@ -44,7 +44,8 @@ type ConnectOptions struct {
 	// means 64. ibv_rc_pingpong sends with 1.
 	HopLimit uint8
 	// TrafficClass is the IPv4 TOS or IPv6 traffic class of the QP's
-	// packets (DSCP and ECN bits, as on the wire); 0 by default.
+	// packets (DSCP and ECN bits, as on the wire); 0 by default. ECN bits
+	// 0 are sent as ECT(0) unless Config.CC.NoECT (qp.CCConfig).
 	TrafficClass uint8
 }
 

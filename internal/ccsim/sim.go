@@ -177,14 +177,13 @@ type port struct {
 
 // flow is a sender and its state.
 type flow struct {
-	cfg      Flow
-	h        *host
-	q        *qp.QP
-	rq       *qp.QP
-	cq       *countCQ
-	posted   int
-	bytes    int64 // data bytes of its frames delivered to the receiver this window
-	stopping bool
+	cfg    Flow
+	h      *host
+	q      *qp.QP
+	rq     *qp.QP
+	cq     *countCQ
+	posted int
+	bytes  int64 // data bytes of its frames delivered to the receiver this window
 }
 
 type countCQ struct{ ok, bad int }
