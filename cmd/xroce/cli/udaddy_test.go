@@ -296,8 +296,9 @@ func TestUdaddyWire(t *testing.T) {
 			if i == 0 {
 				client = wc.SrcQP
 			}
-			if ip := u.received(t, wc, 64, client, client); ip[1] != 0x48 {
-				t.Errorf("datagram %d: TOS %#x, want 0x48", i, ip[1])
+			// -t 0x48, ECT(0) added as ConnectX does.
+			if ip := u.received(t, wc, 64, client, client); ip[1] != 0x4a {
+				t.Errorf("datagram %d: TOS %#x, want 0x4a", i, ip[1])
 			}
 		}
 		av := req.AddressVector()
@@ -339,8 +340,9 @@ func TestUdaddyWire(t *testing.T) {
 		}
 		for i := range 3 {
 			ip := to.received(t, to.wait(t), 64, target.QPN, target.QPN)
-			if ip[1] != 0x48 || ip[8] != 33 || netip.AddrFrom4([4]byte(ip[16:20])) != p.A.IP {
-				t.Errorf("answer %d: TOS %#x, TTL %d, to %v; want 0x48, 33, %v", i, ip[1], ip[8], netip.AddrFrom4([4]byte(ip[16:20])), p.A.IP)
+			// 0x48 with the ECT(0) the first datagram carried.
+			if ip[1] != 0x4a || ip[8] != 33 || netip.AddrFrom4([4]byte(ip[16:20])) != p.A.IP {
+				t.Errorf("answer %d: TOS %#x, TTL %d, to %v; want 0x4a, 33, %v", i, ip[1], ip[8], netip.AddrFrom4([4]byte(ip[16:20])), p.A.IP)
 			}
 		}
 		wantRun(t, "server", <-sc, 0, udaddyServerOut, "")
