@@ -47,19 +47,30 @@ func lossProbability(t uint32) float64 {
 // the next frame on every CPU and works whether or not the program is
 // attached.
 func (p *Program) SetLoss(prob float64) error {
+	return p.setThreshold("set loss", prob, &p.threshold)
+}
+
+// setThreshold sets the threshold th (p.threshold or p.mark) for
+// probability prob, in the map and in p.
+func (p *Program) setThreshold(what string, prob float64, th *uint32) error {
 	if !(prob >= 0 && prob <= 1) { // also catches NaN
-		return fmt.Errorf("set loss: probability %v not in [0, 1]", prob)
+		return fmt.Errorf("%s: probability %v not in [0, 1]", what, prob)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("set loss: %w", ErrClosed)
+		return fmt.Errorf("%s: %w", what, ErrClosed)
 	}
-	t := lossThreshold(prob)
-	if err := p.loss.Put(uint32(0), thresholdValues{Loss: t, Mark: p.mark}); err != nil {
-		return fmt.Errorf("set loss: %w", classify(err))
+	v := thresholdValues{Loss: p.threshold, Mark: p.mark}
+	if th == &p.threshold {
+		v.Loss = lossThreshold(prob)
+	} else {
+		v.Mark = lossThreshold(prob)
 	}
-	p.threshold = t
+	if err := p.loss.Put(uint32(0), v); err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	p.threshold, p.mark = v.Loss, v.Mark
 	return nil
 }
 
@@ -71,20 +82,7 @@ func (p *Program) SetLoss(prob float64) error {
 // Loss is decided first: a dropped frame is not marked. The ICRC does not
 // cover the TOS byte, so a marked frame stays valid.
 func (p *Program) SetMarkCE(prob float64) error {
-	if !(prob >= 0 && prob <= 1) {
-		return fmt.Errorf("set mark: probability %v not in [0, 1]", prob)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("set mark: %w", ErrClosed)
-	}
-	m := lossThreshold(prob)
-	if err := p.loss.Put(uint32(0), thresholdValues{Loss: p.threshold, Mark: m}); err != nil {
-		return fmt.Errorf("set mark: %w", classify(err))
-	}
-	p.mark = m
-	return nil
+	return p.setThreshold("set mark", prob, &p.mark)
 }
 
 // MarkCE returns the marking probability in effect, as SetMarkCE last set

@@ -164,21 +164,9 @@ func TestDumpTsharkHardware(t *testing.T) {
 				t.Fatal(err)
 			}
 			packets := splitPackets(out)
-			args := []string{"-r", path, "-d", "udp.port==4791,infiniband", "--disable-protocol", "rpcordma",
-				"-Y", "infiniband.bth", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"}
-			for _, f := range fields {
-				args = append(args, "-e", f)
-			}
-			raw, err := exec.Command(tshark, args...).Output()
-			if err != nil {
-				t.Fatalf("tshark: %v", err)
-			}
 			rows := 0
-			for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-				v := map[string]string{}
-				for i, c := range strings.Split(l, "|") {
-					v[fields[i]] = c
-				}
+			for _, v := range tsharkRows(t, tshark, fields, "-r", path, "-d", "udp.port==4791,infiniband", "--disable-protocol", "rpcordma",
+				"-Y", "infiniband.bth") {
 				frame, _ := strconv.Atoi(v["frame.number"])
 				p, ok := packets[frame]
 				if !ok {

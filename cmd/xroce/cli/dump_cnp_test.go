@@ -5,16 +5,12 @@ package cli
 import (
 	"bytes"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/qp"
@@ -128,28 +124,33 @@ func cnpCapture(t *testing.T) (frames [][]byte, cnps int) {
 	return frames, cnps
 }
 
-// writeFrames writes frames to a pcap in the test's directory.
-func writeFrames(t *testing.T, frames [][]byte) string {
+// tsharkRows runs tshark with args and prints fields of each packet it
+// shows: one map from field name to value per packet (the first
+// occurrence of each field).
+func tsharkRows(t *testing.T, tshark string, fields []string, args ...string) []map[string]string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "cnp.pcap")
-	fh, err := os.Create(path)
+	args = append(args, "-T", "fields", "-E", "separator=|", "-E", "occurrence=f")
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	raw, err := exec.Command(tshark, args...).Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("tshark %q: %v", args, err)
 	}
-	w := pcapgo.NewWriter(fh)
-	if err := w.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
-		t.Fatal(err)
-	}
-	for i, f := range frames {
-		ci := gopacket.CaptureInfo{Timestamp: time.Unix(1795321793, int64(i)*2000), CaptureLength: len(f), Length: len(f)}
-		if err := w.WritePacket(ci, f); err != nil {
-			t.Fatal(err)
+	var rows []map[string]string
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if l == "" {
+			continue
 		}
+		v := map[string]string{}
+		for i, c := range strings.Split(l, "|") {
+			if i < len(fields) {
+				v[fields[i]] = c
+			}
+		}
+		rows = append(rows, v)
 	}
-	if err := fh.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return rows
 }
 
 // TestDumpCNP: xroce dump and tshark decode every CNP xroce sends (over
@@ -159,7 +160,7 @@ func TestDumpCNP(t *testing.T) {
 	if cnps < 10 {
 		t.Fatalf("%d CNPs in the capture, want a dozen or more", cnps)
 	}
-	path := writeFrames(t, frames)
+	path := writeCapture(t, false, layers.LinkTypeEthernet, frames)
 	out, _, err := run(t, "dump", "-v", path)
 	if err != nil {
 		t.Fatalf("dump: %v\n%s", err, out)
@@ -199,20 +200,8 @@ func TestDumpCNP(t *testing.T) {
 	fields := []string{"frame.number", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.reserved",
 		"infiniband.bth.p_key", "infiniband.bth.psn", "ip.dsfield.dscp", "ip.dsfield.ecn", "ipv6.tclass.dscp", "ipv6.tclass.ecn",
 		"_ws.malformed"}
-	args := []string{"-r", path, "-Y", "infiniband.bth.opcode == 129", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"}
-	for _, fl := range fields {
-		args = append(args, "-e", fl)
-	}
-	raw, err := exec.Command(tshark, args...).Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
 	rows := 0
-	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		v := map[string]string{}
-		for i, c := range strings.Split(l, "|") {
-			v[fields[i]] = c
-		}
+	for _, v := range tsharkRows(t, tshark, fields, "-r", path, "-Y", "infiniband.bth.opcode == 129") {
 		rows++
 		dscp, ecn := v["ip.dsfield.dscp"], v["ip.dsfield.ecn"]
 		if dscp == "" {
@@ -224,7 +213,7 @@ func TestDumpCNP(t *testing.T) {
 		}
 	}
 	if rows != cnps {
-		t.Errorf("tshark decodes %d CNPs, xroce sent %d:\n%s", rows, cnps, raw)
+		t.Errorf("tshark decodes %d CNPs, xroce sent %d", rows, cnps)
 	}
 	// And nothing in the capture is malformed to tshark. (Over IPv6 it
 	// flags the UDP checksum 0 that RoCE v2 sends, rxe included.)
