@@ -253,9 +253,6 @@ var Responder = []Check{
 		Needs:    NeedRead | NeedRdAtomic,
 		Fatal:    true,
 		Steps:    []Step{{Send: []Packet{{Op: OpReadBurst, DMA: B(8), DMASet: true}}, Wait: time.Second, Judge: judgeRdLimit}},
-		Known: []Deviation{{Code: "oldest-overwritten", Impl: "xroce (package qp)",
-			Note: "recycles responder resources oldest first as rxe does, but READs that arrive in one receive batch " +
-				"overwrite a resource whose response is not sent yet: the oldest READ is never answered (its retry finds the resource gone and is dropped)"}},
 	},
 	{
 		Name:     "resp.rnr",

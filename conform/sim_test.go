@@ -367,6 +367,14 @@ var wrongs = []wrong{
 			}
 			return one(f)
 		}},
+	{name: "loses the oldest READ's response when over its resources", fails: []string{"resp.rd-atomic-limit"},
+		out: func(s *sim, f []byte) [][]byte {
+			var fr bth.Frame
+			if fr.Decode(f) == nil && fr.Opcode().IsReadResponse() && fr.BTH.PSN() == 1000 {
+				return nil
+			}
+			return one(f)
+		}},
 	{name: "RNR NAKs with another timer", fails: []string{"resp.rnr"},
 		out: func(s *sim, f []byte) [][]byte {
 			return one(edit(f, func(fr *bth.Frame, ff *bth.FrameFields) {

@@ -258,6 +258,10 @@ type QP struct {
 	resStore  []resource
 	resNext   int
 	resActive int // resources with responses to send
+	// overrun: a READ or atomic came while every resource still had its
+	// first response to send; the responder takes nothing more and, once
+	// those responses are out, NAKs it Invalid Request (responder.go).
+	overrun bool
 
 	// segs holds the registered memory of the packet being handled, only
 	// while it is handled (memory.go).

@@ -52,6 +52,7 @@ type resource struct {
 	length   uint32
 	orig     uint64 // atomic: the original remote value
 	pending  bool   // responses remain to be sent
+	sent     bool   // every response was sent once: the slot may be recycled
 	startPSN bth.PSN
 	sendPSN  bth.PSN
 	seq      uint64 // allocation order
@@ -137,6 +138,7 @@ func (q *QP) resetResponder() {
 	q.in = inMsg{}
 	q.nakSent = false
 	q.ackDue = false
+	q.overrun = false
 	for i := range q.res {
 		q.res[i] = resource{}
 	}
@@ -146,6 +148,10 @@ func (q *QP) resetResponder() {
 // rcRequest is the RC responder (rxe_resp.c): PSN check, duplicates, then
 // the operation.
 func (q *QP) rcRequest(f *bth.Frame, op bth.Opcode) bool {
+	if q.overrun {
+		// Winding down to ERR (resourceFree): nothing more is taken.
+		return q.drop(&q.e.stats.RxBadState, &q.stats.RxBadState)
+	}
 	psn := f.BTH.PSN()
 	d := psn.Diff(q.ePSN)
 	if d > 0 {
@@ -366,7 +372,31 @@ func (q *QP) recvWrite(f *bth.Frame, op bth.Opcode, reliable bool) bool {
 	return true
 }
 
-// allocResource takes the oldest responder resource slot.
+// resourceFree reports whether a new READ, atomic, ATOMIC_WRITE or FLUSH
+// may take a responder resource: the oldest slot is unused, or its
+// responses were all sent once (a replay of them under way is abandoned:
+// a requester within its limit has them already, else it could not have
+// sent this request). A slot whose first responses are still waiting to
+// go out means the requester has more READs and atomics outstanding than
+// the max_dest_rd_atomic it was granted (IBTA Vol. 1 §9.7, responder
+// resources; the requester's duty). Recycling that slot would lose the
+// oldest request's response, as a batch of requests could before; the
+// responder instead answers Invalid Request (the NAK's cause "too many
+// RDMA READ or ATOMIC requests"), as the qib/hfi1 drivers do, while rxe
+// recycles the slot because it never holds an unsent response. The
+// request is not executed; the responder takes nothing more, sends the
+// responses it owes, then the NAK for this PSN, and moves to ERR
+// (flushResponses).
+func (q *QP) resourceFree() bool {
+	if r := &q.res[q.resNext%len(q.res)]; r.kind != 0 && !r.sent {
+		q.overrun = true
+		return false
+	}
+	return true
+}
+
+// allocResource takes the oldest responder resource slot (resourceFree
+// said it may).
 func (q *QP) allocResource(kind resKind, first, last bth.PSN) *resource {
 	r := &q.res[q.resNext%len(q.res)]
 	q.resNext++
@@ -426,7 +456,7 @@ func (q *QP) rdAtomicAllowed() bool {
 }
 
 func (q *QP) recvRead(f *bth.Frame, psn bth.PSN) bool {
-	if !q.rdAtomicAllowed() {
+	if !q.rdAtomicAllowed() || !q.resourceFree() {
 		return false
 	}
 	if !q.readAllowed(f) {
@@ -445,7 +475,7 @@ func (q *QP) recvRead(f *bth.Frame, psn bth.PSN) bool {
 
 func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	a := f.AtomicETH
-	if !q.rdAtomicAllowed() {
+	if !q.rdAtomicAllowed() || !q.resourceFree() {
 		return false
 	}
 	if q.attr.AccessFlags&AccessRemoteAtomic == 0 {
@@ -484,6 +514,9 @@ func (q *QP) recvAtomic(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 // a responder resource.
 func (q *QP) recvPlacement(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 	va, n := f.RETH.VA(), f.RETH.DMALen()
+	if !q.resourceFree() {
+		return false
+	}
 	if op == bth.RCAtomicWrite {
 		if !q.rdAtomicAllowed() {
 			return false
@@ -600,7 +633,8 @@ func (q *QP) sendAck(syn bth.Syndrome, psn bth.PSN) {
 }
 
 // flushResponses sends pending READ responses and atomic ACKs, oldest
-// first, then the coalesced ACK.
+// first, then the coalesced ACK; after an overrun (resourceFree), once
+// they are all out, the NAK Invalid Request that moves the QP to ERR.
 func (q *QP) flushResponses() {
 	for q.resActive > 0 && !q.blocked {
 		var r *resource
@@ -630,8 +664,12 @@ func (q *QP) flushResponses() {
 			q.sendResponse(r, buf, src)
 		}
 	}
-	if !q.blocked {
-		q.flushAck()
+	if q.blocked {
+		return
+	}
+	q.flushAck()
+	if q.overrun && q.resActive == 0 {
+		q.fatalNak(bth.NakInvalidRequest)
 	}
 }
 
@@ -693,7 +731,7 @@ func (q *QP) sendResponse(r *resource, buf, src []byte) {
 		q.onDataSent(l, q.e.now)
 	}
 	if psn == r.last {
-		r.pending = false
+		r.pending, r.sent = false, true
 		q.resActive--
 	} else {
 		r.sendPSN = psn.Add(1)
