@@ -144,7 +144,15 @@ func (q *QP) onReadResponse(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		return false
 	}
 	w := q.sqAt(q.sqHead)
-	if !w.started || w.wr.Opcode != WRRDMARead || psn.Diff(w.firstPSN) < 0 || psn.Diff(w.lastPSN) > 0 {
+	if w.started && w.wr.Opcode.isReadLike() && psn.Diff(w.lastPSN) > 0 {
+		// A response past the oldest READ or atomic, whose own did not
+		// come (all of it, or its rest): the responder answers in
+		// order, so it was lost. An implied NAK (IBTA Vol. 1 §9.7): go
+		// back to the oldest unacknowledged PSN now, not at the timeout.
+		q.implicitNak()
+		return true
+	}
+	if !w.started || w.wr.Opcode != WRRDMARead || psn.Diff(w.firstPSN) < 0 {
 		return false
 	}
 	if psn != q.compPSN {

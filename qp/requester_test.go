@@ -278,3 +278,44 @@ func TestImplicitNakReadRetry(t *testing.T) {
 		t.Fatal("READ data not placed in order")
 	}
 }
+
+// A READ response past the oldest READ, whose responses did not come, is
+// an implied NAK: the requester asks for that READ again at once, from
+// the PSN it lacks, without waiting for its ACK timeout.
+func TestImpliedNakByLaterReadResponse(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		got  int // response packets of the first READ that arrived
+	}{{"none of the first READ's", 0}, {"the first READ's first packet", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			v, q := lone(t, nil)
+			for i := range 2 {
+				if err := q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: sge(localBase+uint64(i)<<12, 3000),
+					RemoteAddr: 0x10000 + uint64(i)<<12, RKey: 3}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := v.poll(0); len(got) != 2 || got[1].BTH.PSN() != 12 {
+				t.Fatalf("sent %d packets, want READs at PSN 9 (3 responses) and 12", len(got))
+			}
+			resp := func(op bth.Opcode, psn bth.PSN, n int) []byte {
+				return forge(t, bth.FrameFields{BTH: bth.BTHFields{Opcode: op, DestQP: 0x201, PSN: psn},
+					AETH: bth.AETHFields{Syndrome: bth.SyndromeACKNoCredits}}, make([]byte, n))
+			}
+			if c.got == 1 {
+				if got := v.input(resp(bth.RCReadResponseFirst, 9, 1024)); len(got) != 0 {
+					t.Fatalf("the first response packet drew %d packets", len(got))
+				}
+			}
+			got := v.input(resp(bth.RCReadResponseOnly, 12, 1024))
+			want := bth.PSN(9 + c.got)
+			if len(got) == 0 || got[0].Opcode() != bth.RCReadRequest || got[0].BTH.PSN() != want ||
+				got[0].RETH.VA() != 0x10000+uint64(c.got)*1024 || got[0].RETH.DMALen() != 3000-uint32(c.got)*1024 {
+				t.Fatalf("a response past the first READ drew %d packets, want its READ again from PSN %d at once", len(got), want)
+			}
+			if q.Stats().Timeouts.Load() != 0 {
+				t.Fatal("recovered by the timer")
+			}
+		})
+	}
+}
