@@ -145,6 +145,11 @@ type Check struct {
 	// the next check needs another QP.
 	Fatal bool
 	Steps []Step
+	// Serve are the phases of a requester check (the puppet serves, the
+	// peer is the requester), instead of Steps; PeerNeeds is what the
+	// requester must show for it.
+	Serve     []Phase
+	PeerNeeds PeerNeed
 	// Known are documented deviations: a failure whose code is here is
 	// KNOWN, with the deviation's note.
 	Known []Deviation
@@ -180,6 +185,9 @@ type Outcome struct {
 	OK   bool
 	Obs  string
 	Code string
+	// Skip: the peer did not show what the check needs (a requester with
+	// a single request outstanding ...): the verdict is SKIP.
+	Skip bool
 }
 
 // Size is a length relative to the target: n = MTUs×MTU + Regions×region

@@ -437,12 +437,19 @@ func Checks() []*Check {
 	for i := range Responder {
 		cs = append(cs, &Responder[i])
 	}
+	for i := range Requester {
+		cs = append(cs, &Requester[i])
+	}
 	return cs
 }
 
+// IsRequester reports whether c is a requester check (the peer is the
+// requester; it has Serve phases, not Steps).
+func (c *Check) IsRequester() bool { return len(c.Serve) > 0 }
+
 func init() {
 	seen := map[string]bool{}
-	for _, c := range Responder {
+	for _, c := range Checks() {
 		if seen[c.Name] {
 			panic(fmt.Sprintf("conform: two checks named %s", c.Name))
 		}

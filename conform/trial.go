@@ -73,6 +73,28 @@ type Ctx struct {
 	Vars map[string]uint64
 	// Read is the data of the region read in earlier steps, by name.
 	Read map[string][]byte
+
+	// Requester checks (Phase): the requester under test, and during the
+	// phase its requests (new and sent again), the answers that reached
+	// it (passed, replaced or added) and those withheld.
+	P      *Peer
+	Reqs   []Req
+	Passed []Answer
+	Held   []Answer
+	// At the phase's start: when it began, the first PSN never sent
+	// (Next, valid when Seen), the oldest PSN not acknowledged to the
+	// requester (Acked), and when the last answer reached it (LastAnswer).
+	Start      time.Duration
+	Next       bth.PSN
+	Acked      bth.PSN
+	Seen       bool
+	LastAnswer time.Duration
+	// The phase's act: the request it is about (Target), and the moment
+	// it took effect (Mark, MarkPSN), when Marked.
+	Target  *Req
+	Marked  bool
+	Mark    time.Duration
+	MarkPSN bth.PSN
 }
 
 // PSN returns the target's first PSN plus off.
