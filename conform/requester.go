@@ -38,10 +38,10 @@ var Requester = []Check{
 	{
 		Name:     "req.seq-nak",
 		Rule:     ruleReqSeqNak,
-		Sends:    "a request dropped before the responder, whose next request draws NAK PSN sequence error for the dropped PSN",
+		Sends:    "NAK PSN sequence error for a request's PSN in place of its answer, as if it had been lost; every answer withheld until it comes again",
 		Requires: "it resends from the NAKed PSN (not earlier: the NAK acknowledges what precedes), at once rather than at its ACK timeout; then it goes on",
 		Serve: []Phase{
-			{Do: ActDropRequest, Wait: 2 * time.Second, Timeouts: 6, Until: resentAfterMark, Judge: judgeSeqNak},
+			{Do: ActSeqNak, Wait: 2 * time.Second, Timeouts: 6, Until: resentAfterMark, Judge: judgeSeqNak},
 			goesOn(),
 		},
 	},
@@ -219,18 +219,15 @@ func judgeTimeout(x *Ctx) Outcome {
 	return ok("every answer withheld: resent from its oldest unacknowledged PSN %d after %v (ACK timeout %v)", r.BTH.PSN(), d.Round(time.Millisecond), to)
 }
 
-// judgeSeqNak judges req.seq-nak's dropped request.
+// judgeSeqNak judges req.seq-nak.
 func judgeSeqNak(x *Ctx) Outcome {
-	if x.Target == nil {
-		return Outcome{Skip: true, Obs: "the requester sent nothing"}
-	}
-	d := x.Target.BTH.PSN()
 	if !x.Marked {
-		return Outcome{Skip: true, Obs: "nothing followed the dropped request to draw a NAK: the requester had one request outstanding"}
+		return Outcome{Skip: true, Obs: "no request was answered"}
 	}
+	d := x.MarkPSN
 	r := resent(x, x.Mark)
 	if r == nil {
-		return fail("no-resend", "NAK PSN sequence error for PSN %d (dropped): nothing sent again", d)
+		return fail("no-resend", "NAK PSN sequence error for PSN %d: nothing sent again", d)
 	}
 	if r.BTH.PSN() != d {
 		return fail("resend-psn", "NAK PSN sequence error for PSN %d: it resent from PSN %d, want %d", d, r.BTH.PSN(), d)
@@ -239,7 +236,7 @@ func judgeSeqNak(x *Ctx) Outcome {
 	if to := x.P.AckTimeout(); to > 0 && after >= to/2 {
 		return fail("by-timeout", "NAK PSN sequence error for PSN %d: resent %v later, at its ACK timeout (%v), not on the NAK", d, after.Round(time.Millisecond), to)
 	}
-	return ok("NAK PSN sequence error for PSN %d (dropped): resent from it after %v", d, after.Round(10*time.Microsecond))
+	return ok("NAK PSN sequence error for PSN %d: resent from it after %v", d, after.Round(10*time.Microsecond))
 }
 
 // judgeRNR judges req.rnr-timer.

@@ -133,10 +133,12 @@ const (
 	ActPass Act = iota
 	// ActHold withholds every answer.
 	ActHold
-	// ActDropRequest drops the phase's first new request before the
-	// responder sees it; the responder NAKs the gap (PSN sequence error)
-	// when the next request comes. Marked when that NAK goes out.
-	ActDropRequest
+	// ActSeqNak replaces the first answer to a new request of the phase
+	// (its ACK, its READ response's first packet, its atomic ACK) by NAK
+	// PSN sequence error for that PSN, as if the request had been lost,
+	// and withholds every answer after it until the requester sends that
+	// PSN again. Marked when the NAK goes out.
+	ActSeqNak
 	// ActRNR replaces the ACK of the phase's first single-packet SEND by
 	// an RNR NAK for its PSN with timer code Phase.RNRTimer, and withholds
 	// every answer after it until the requester sends that PSN again.
@@ -424,13 +426,7 @@ func (tr *ServeTrial) FromPeer(frame []byte, now time.Duration) bool {
 	psn := a.BTH.PSN()
 	st := &tr.st
 	switch tr.c.Serve[tr.phase].Do {
-	case ActDropRequest:
-		if isNew && !st.targetSet {
-			st.targetSet, st.target = true, psn
-			tr.x.Target = &r
-			return false
-		}
-	case ActRNR, ActDropRead, ActReadGap:
+	case ActSeqNak, ActRNR, ActDropRead, ActReadGap:
 		if !isNew && st.targetSet && psn.Diff(st.target) >= 0 && psn.Diff(st.targetLast) <= 0 {
 			st.released = true
 		}
@@ -461,9 +457,20 @@ func (tr *ServeTrial) ToPeer(frame []byte, now time.Duration) [][]byte {
 	switch ph.Do {
 	case ActHold:
 		return hold()
-	case ActDropRequest:
-		if st.targetSet && isNak(&a) && a.AETH.Syndrome() == bth.NakPSNSeqError && psn == st.target {
+	case ActSeqNak:
+		first := isAck(&a) || a.Opcode() == bth.RCReadResponseFirst || a.Opcode() == bth.RCReadResponseOnly || a.Opcode() == bth.RCAtomicAck
+		switch {
+		case !tr.x.Marked && newInPhase && first:
+			nak := ackFrom(frame, psn, bth.NakPSNSeqError)
+			if nak == nil {
+				break
+			}
+			st.targetSet, st.target, st.targetLast = true, psn, psn
+			tr.x.Target = tr.reqAt(psn)
 			tr.mark(now, psn)
+			return tr.pass(nak, now)
+		case tr.x.Marked && !st.released:
+			return hold()
 		}
 	case ActRNR:
 		switch {

@@ -28,6 +28,7 @@ type Server struct {
 	next   time.Duration       // the engine's next deadline
 	trial  *ServeTrial
 	tq     *serveQP
+	abort  bool // Abort: requests draw a fatal NAK, the engine sees none
 	f      bth.Frame
 }
 
@@ -55,6 +56,7 @@ type serveQP struct {
 	fl      flow
 	recvKey uint32 // its receive buffer
 	recvVA  uint64
+	aborted bool // Abort sent it its NAK
 }
 
 type recvDone struct {
@@ -200,6 +202,24 @@ func (s *Server) Serve(d time.Duration, stop func() bool) error {
 	})
 }
 
+// Abort ends the requester's run for d: its next request on each QP
+// draws NAK Remote Operational Error, which moves its QP to the error
+// state and completes its work requests with an error, so that its tool
+// ends rather than retry for ever (rxe's retry_cnt 7). The engine sees
+// none of it.
+func (s *Server) Abort(d time.Duration) error {
+	s.abort = true
+	defer func() { s.abort = false }()
+	return s.Serve(d, func() bool {
+		for _, sq := range s.qps {
+			if !sq.aborted {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // loop serves until limit or until poll, called each round with the time,
 // returns a negative deadline; else poll's deadline bounds the wait.
 func (s *Server) loop(limit time.Duration, poll func(now time.Duration) time.Duration) error {
@@ -232,6 +252,17 @@ func (s *Server) round(got []Frame) error {
 		sq := s.qps[s.f.BTH.DestQP()]
 		if sq == nil || !s.f.Opcode().IsRequest() {
 			in = append(in, f.Data)
+			continue
+		}
+		if s.abort {
+			if !sq.aborted && sq.fl.tmpl != nil && s.f.VerifyICRC() {
+				if nak := ackFrom(sq.fl.tmpl, s.f.BTH.PSN(), bth.NakRemoteOpError); nak != nil {
+					sq.aborted = true
+					if err := s.w.Send([][]byte{nak}); err != nil {
+						return err
+					}
+				}
+			}
 			continue
 		}
 		if s.trial != nil && sq == s.tq {

@@ -26,24 +26,33 @@ import (
 )
 
 const conformAbout = `
-Probes the RoCE v2 responder of a device under test rule by rule (IBTA
-Vol. 1 r1.4 ch. 9, annex A17). The device runs an ordinary tool as a
-server at HOST (--via: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw
-of perftest 4.5, or ibv_rc_pingpong); xroce connects as its client, gets
-the server's QPs from the tool's TCP exchange, and drives them with a
-puppet QP that sends exactly the packets each check is about, from an
-AF_PACKET socket on -d. Each check runs on a QP of its own: give the
-server enough QPs (perftest -q N, and the same -q here) or restart it in a
-loop; xroce reconnects for the next QPs. Exit status 1 if any check FAILs.`
+Probes the RoCE v2 transport of a device under test rule by rule (IBTA
+Vol. 1 r1.4 ch. 9, annex A17), from an AF_PACKET socket on -d.
+
+Its responder (--via TOOL HOST): the device runs an ordinary tool as a
+server at HOST (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw of
+perftest 4.5, or ibv_rc_pingpong); xroce connects as its client, gets the
+server's QPs from the tool's TCP exchange, and drives them with a puppet
+QP that sends exactly the packets each check is about.
+
+Its requester (--serve TOOL): xroce listens as the tool's server on -p
+and the device runs the tool's client against it; xroce's responder
+answers its QPs and, on one QP per check, withholds, replaces or adds
+answers as the check says, and judges what the requester does.
+
+Each check runs on a QP of its own: give the tool enough QPs (perftest
+-q N, and the same -q here) or restart it in a loop; xroce reconnects for
+the next QPs. Exit status 1 if any check FAILs.`
 
 const conformExamples = `
   ib_write_bw -d rxe0 -x 1 -F -q 24 -n 1000000          # on the device under test, 198.18.1.2
   xroce conform -d tap0 --via ib_write_bw -q 24 198.18.1.2
   xroce conform -d tap0 --via ib_write_bw -q 24 -run 'dup|psn' -v 198.18.1.2
+  xroce conform -d tap0 --serve ib_send_bw -q 8 -s 64   # then, on the device: ib_send_bw -d rxe0 -x 1 -F -q 8 -s 64 -D 30 198.18.1.1
   xroce conform -list`
 
 func init() {
-	register("conform", "probe a peer's RoCE v2 responder against the specification, rule by rule", runConform)
+	register("conform", "probe a peer's RoCE v2 responder or requester against the specification, rule by rule", runConform)
 }
 
 // conformTool is what the device under test runs: how to get its QPs and
@@ -71,6 +80,10 @@ var conformTools = []conformTool{
 
 type conformOptions struct {
 	dev, via, host    string
+	serve             string        // --serve TOOL: the requester checks
+	peerTimeout       int           // --serve: the client's ACK timeout code
+	peerRetry         int           // --serve: the client's retry count (-1: unknown)
+	linger            time.Duration // --serve: how long the client may take to end its run
 	port, size, qps   int
 	mtu               int
 	run, skip         string
@@ -86,10 +99,14 @@ type conformOptions struct {
 
 func runConform(ctx context.Context, e *env, args []string) error {
 	var o conformOptions
-	fs := newFlagSet(e, "conform", "-d IF --via TOOL [-q N] [-run RE] [-skip RE] [-v] [-json] [-junit FILE] [-pcap FILE] HOST",
+	fs := newFlagSet(e, "conform", "-d IF {--via TOOL HOST | --serve TOOL} [-q N] [-run RE] [-skip RE] [-v] [-json] [-junit FILE] [-pcap FILE]",
 		conformAbout, conformExamples)
 	fs.StringVar(&o.dev, "d", "", "the network `interface` towards HOST")
 	fs.StringVar(&o.via, "via", "", "the `tool` the device under test runs as a server: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong")
+	fs.StringVar(&o.serve, "serve", "", "serve as the `tool`'s server for its client on the device under test, and check its requester: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw")
+	fs.IntVar(&o.peerTimeout, "peer-timeout", 14, "--serve: the client's local ACK timeout `code` (perftest -u; 4.096 µs × 2^code; 0: unknown)")
+	fs.IntVar(&o.peerRetry, "peer-retry", 7, "--serve: the client's retry `count` (perftest sets 7; -1: unknown)")
+	fs.DurationVar(&o.linger, "linger", 30*time.Second, "--serve: how long the client may take to end its run after the checks (perftest -D)")
 	fs.IntVar(&o.port, "p", 18515, "the tool's TCP `port`")
 	fs.IntVar(&o.qps, "q", 1, "QPs the perftest server has (its -q): `N` checks per connection")
 	fs.IntVar(&o.size, "s", 0, "the server's message `size` (its -s): the region or receive length (0: the tool's default)")
@@ -115,10 +132,16 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	if err := o.check(pos); err != nil {
 		return err
 	}
+	if o.serve != "" {
+		return conformServe(ctx, e, &o)
+	}
 	return conformRun(ctx, e, &o)
 }
 
 func (o *conformOptions) check(pos []string) error {
+	if o.serve != "" {
+		return o.checkServe(pos)
+	}
 	i := slices.IndexFunc(conformTools, func(t conformTool) bool { return t.name == o.via })
 	switch {
 	case len(pos) != 1:
@@ -138,6 +161,11 @@ func (o *conformOptions) check(pos []string) error {
 	if !o.tool.perftest {
 		o.qps = 1
 	}
+	return o.checkCommon()
+}
+
+// checkCommon checks and completes the options both roles share.
+func (o *conformOptions) checkCommon() error {
 	if o.size == 0 {
 		o.size = o.tool.size
 	}
@@ -197,7 +225,11 @@ func conformList(w io.Writer) error {
 		if c.Fatal {
 			fatal = " (leaves the QP in error)"
 		}
-		fmt.Fprintf(w, "%s%s\n  rule:     %s\n  sends:    %s\n  requires: %s\n", c.Name, fatal, c.Rule, c.Sends, c.Requires)
+		role := "the peer's responder (--via)"
+		if c.IsRequester() {
+			role = "the peer's requester (--serve)"
+		}
+		fmt.Fprintf(w, "%s%s\n  checks:   %s\n  rule:     %s\n  sends:    %s\n  requires: %s\n", c.Name, fatal, role, c.Rule, c.Sends, c.Requires)
 	}
 	return nil
 }
@@ -207,6 +239,9 @@ func conformList(w io.Writer) error {
 func (o *conformOptions) selected() []*conform.Check {
 	var keep, fatal []*conform.Check
 	for _, c := range conform.Checks() {
+		if c.IsRequester() != (o.serve != "") {
+			continue
+		}
 		if o.runRE != nil && !o.runRE.MatchString(c.Name) || o.skipRE != nil && o.skipRE.MatchString(c.Name) {
 			continue
 		}

@@ -205,6 +205,10 @@ func TestConformUsage(t *testing.T) {
 		{"conform", "-d", "x", "--via", "ib_nope_bw", "198.18.0.2"},
 		{"conform", "-d", "x", "--via", "ib_write_bw", "-run", "(", "198.18.0.2"},
 		{"conform", "-d", "x", "--via", "ib_write_bw", "-denies", "q", "198.18.0.2"},
+		{"conform", "-d", "x", "--serve", "ibv_rc_pingpong"},
+		{"conform", "-d", "x", "--serve", "ib_write_bw", "198.18.0.2"},
+		{"conform", "-d", "x", "--serve", "ib_write_bw", "--via", "ib_write_bw"},
+		{"conform", "-d", "x", "--serve", "ib_write_bw", "-peer-retry", "8"},
 	} {
 		var out, errb strings.Builder
 		err := Run(context.Background(), args, &out, &errb)
@@ -213,7 +217,8 @@ func TestConformUsage(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	if err := Run(context.Background(), []string{"conform", "-list"}, &out, &out); err != nil || !strings.Contains(out.String(), "resp.psn-gap\n") {
+	if err := Run(context.Background(), []string{"conform", "-list"}, &out, &out); err != nil || !strings.Contains(out.String(), "resp.psn-gap\n") ||
+		!strings.Contains(out.String(), "req.seq-nak\n  checks:   the peer's requester (--serve)") {
 		t.Errorf("-list: %v\n%s", err, out.String())
 	}
 }

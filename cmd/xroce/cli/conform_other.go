@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	register("conform", "probe a peer's RoCE v2 responder against the specification (Linux only)", func(context.Context, *env, []string) error {
+	register("conform", "probe a peer's RoCE v2 responder or requester against the specification (Linux only)", func(context.Context, *env, []string) error {
 		return errors.New("conform: the puppet needs Linux (AF_PACKET)")
 	})
 }

@@ -1,0 +1,315 @@
+//go:build linux
+
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/conform"
+	"github.com/xroce/xroce/internal/perftest"
+	"github.com/xroce/xroce/internal/rogue"
+)
+
+// conformServeTools are the tools whose client xroce conform --serve
+// answers: perftest's bandwidth tests, whose clients keep many requests
+// outstanding.
+var conformServeTools = []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"}
+
+// checkServe checks the options of --serve.
+func (o *conformOptions) checkServe(pos []string) error {
+	i := slices.IndexFunc(conformTools, func(t conformTool) bool { return t.name == o.serve })
+	switch {
+	case o.via != "":
+		return usagef("conform: --via and --serve exclude each other")
+	case len(pos) != 0:
+		return usagef("conform: --serve takes no HOST (the device under test connects), got %q", pos)
+	case i < 0 || !slices.Contains(conformServeTools, o.serve):
+		return usagef("conform: --serve %q: want one of %v", o.serve, conformServeTools)
+	case o.dev == "":
+		return usagef("conform: -d names the interface towards the device under test")
+	case o.qps < 1 || o.qps > 256:
+		return usagef("conform: -q %d: want 1..256", o.qps)
+	case o.mtu != 256 && o.mtu != 512 && o.mtu != 1024 && o.mtu != 2048 && o.mtu != 4096:
+		return usagef("conform: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	case o.peerTimeout < 0 || o.peerTimeout > 31:
+		return usagef("conform: -peer-timeout %d: want 0..31", o.peerTimeout)
+	case o.peerRetry < -1 || o.peerRetry > 7:
+		return usagef("conform: -peer-retry %d: want 0..7, or -1 for unknown", o.peerRetry)
+	}
+	o.tool = conformTools[i]
+	return o.checkCommon()
+}
+
+// peerTemplate is the requester every QP of the tool's client is, but for
+// its numbers.
+func (o *conformOptions) peerTemplate(mtu int) conform.Peer {
+	p := conform.Peer{MTU: mtu, Size: o.size, Timeout: uint8(o.peerTimeout), RetryKnown: o.peerRetry >= 0}
+	if p.RetryKnown {
+		p.RetryCnt = uint8(o.peerRetry)
+	}
+	switch o.tool.verb {
+	case perftest.Write:
+		p.Traffic = conform.TrafficWrite
+	case perftest.Read:
+		p.Traffic = conform.TrafficRead
+	case perftest.Send:
+		p.Traffic = conform.TrafficSend
+	case perftest.Atomic:
+		p.Traffic, p.Size = conform.TrafficAtomic, 8
+	}
+	return p
+}
+
+// serveSession is one connection from the tool's client: the exchange,
+// and the puppet's server answering its QPs.
+type serveSession struct {
+	o      *conformOptions
+	tcp    net.Conn
+	pc     *perftest.Conn
+	my     []perftest.Dest
+	rem    []perftest.Dest
+	mtu    int
+	local  netip.Addr
+	remote netip.Addr
+	srv    *conform.Server
+	next   int  // the next QP for a check
+	dead   bool // a fatal check ran: the client ends with an error
+}
+
+// serveAccept waits for the client's connection and runs the exchange:
+// the server makes its QPs and answers them from then on.
+func serveAccept(ctx context.Context, o *conformOptions, pl *puppetLink, qpnBase uint32) (*serveSession, error) {
+	actx, cancel := context.WithTimeout(ctx, o.wait)
+	tcp, err := ppDial(actx, "", o.port, "conform")
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	s := &serveSession{o: o, tcp: tcp}
+	la, _ := netip.ParseAddrPort(tcp.LocalAddr().String())
+	ra, _ := netip.ParseAddrPort(tcp.RemoteAddr().String())
+	s.local, s.remote = la.Addr().Unmap(), ra.Addr().Unmap()
+	if err := s.start(pl, qpnBase); err != nil {
+		tcp.Close()
+		return nil, fmt.Errorf("conform: %s exchange with %s: %w", o.tool.name, s.remote, err)
+	}
+	return s, nil
+}
+
+// start runs perftest's exchange as its server does and makes the
+// puppet's QPs.
+func (s *serveSession) start(pl *puppetLink, qpnBase uint32) error {
+	o := s.o
+	s.tcp.SetDeadline(time.Now().Add(o.timeout))
+	defer s.tcp.SetDeadline(time.Time{})
+	vmac, err := neighborMAC(o.dev, s.remote)
+	if err != nil {
+		return err
+	}
+	peer := &rogue.Peer{Link: pl.link, MAC: pl.mac, IP: s.local, VictimMAC: vmac, VictimIP: s.remote}
+	if s.srv, err = conform.NewServer(rogue.NewPuppet(peer), conform.ServerConfig{IP: s.local, PeerIP: s.remote, MAC: pl.mac, PeerMAC: vmac}); err != nil {
+		return err
+	}
+	s.pc = perftest.NewConn(s.tcp, false)
+	if err := s.pc.Versions(); err != nil {
+		return err
+	}
+	cycle, _, err := s.pc.SysData(os.Getpagesize(), 64)
+	if err != nil {
+		return err
+	}
+	m, err := s.pc.MTU(mtuCode(o.mtu))
+	if err != nil {
+		return err
+	}
+	s.mtu = 128 << m
+	gid := netip.AddrFrom16(s.local.As16()).As16()
+	// perftest moves each request's address on by its size within its
+	// cycle buffer: offer twice that.
+	region := 2 * max(o.size, cycle)
+	for i := range o.qps {
+		va, rkey := s.srv.Region(region)
+		s.my = append(s.my, perftest.Dest{OutReads: 16, QPN: qpnBase + uint32(i), PSN: rand.Uint32() & 0xffffff, RKey: rkey, VAddr: va, GID: gid})
+	}
+	s.rem = make([]perftest.Dest, o.qps)
+	hsAll := func() error {
+		for i := range s.my {
+			d, err := s.pc.HandShake(&s.my[i])
+			if err != nil {
+				return err
+			}
+			s.rem[i] = d
+		}
+		return nil
+	}
+	// perftest's order (xroce perf's server): every address; the QPs go
+	// to RTS; (send: a barrier once the receives are posted); every
+	// address again; (the others: a barrier). Then the client runs.
+	if err := hsAll(); err != nil {
+		return err
+	}
+	tmpl := o.peerTemplate(s.mtu)
+	for i := range s.my {
+		p := tmpl
+		p.QPN, p.PSN = s.rem[i].QPN, bth.PSN(s.rem[i].PSN&bth.PSNMask)
+		c := conform.ServeQP{QPN: s.my[i].QPN, PSN: bth.PSN(s.my[i].PSN), Peer: p}
+		if o.tool.verb == perftest.Send {
+			c.Recvs, c.RecvLen = 512, o.size
+		}
+		if err := s.srv.AddQP(c); err != nil {
+			return err
+		}
+	}
+	if o.tool.verb == perftest.Send {
+		if _, err := s.pc.HandShake(&s.my[0]); err != nil {
+			return err
+		}
+	}
+	if err := hsAll(); err != nil {
+		return err
+	}
+	_, err = s.pc.HandShake(&s.my[0])
+	return err
+}
+
+// finish ends the exchange as perftest's server does once the client's
+// run is over: a barrier and the results (not for send), then the last
+// exchange. It runs beside the server's loop, bounded by the linger.
+func (s *serveSession) finish() error {
+	s.tcp.SetDeadline(time.Now().Add(s.o.linger))
+	if s.o.tool.verb != perftest.Send {
+		if _, err := s.pc.HandShake(&s.my[0]); err != nil {
+			return err
+		}
+		if _, err := s.pc.BWReports(perftest.BWReport{}); err != nil {
+			return err
+		}
+	}
+	return s.pc.Close(&s.my[0])
+}
+
+// end lets the client end its run (answering it until it closes, up to
+// the linger), then closes the connection. A client still sending then
+// gets a fatal NAK on each QP, so that it exits rather than retry for
+// ever.
+func (s *serveSession) end() {
+	done := make(chan error, 1)
+	if s.dead {
+		done <- errors.New("a fatal check ran")
+	} else {
+		go func() { done <- s.finish() }()
+	}
+	var ended bool
+	s.srv.Serve(s.o.linger+time.Second, func() bool {
+		select {
+		case err := <-done:
+			ended = err == nil
+			return true
+		default:
+			return false
+		}
+	})
+	s.tcp.Close()
+	if !ended || s.dead {
+		s.srv.Abort(2 * time.Second)
+	}
+}
+
+// conformServe runs the requester checks: sessions of the tool's client,
+// one QP per check.
+func conformServe(ctx context.Context, e *env, o *conformOptions) error {
+	checks := o.selected()
+	if len(checks) == 0 {
+		return usagef("conform: no check matches -run %q -skip %q", o.run, o.skip)
+	}
+	pl, err := openPuppetLink(o.dev, o.pcap)
+	if err != nil {
+		return fmt.Errorf("conform: %w", err)
+	}
+	defer pl.Close()
+	progress := e.stdout
+	if o.json {
+		progress = e.stderr
+	}
+	rep := conformReport{Tool: o.tool.name + " (client)", Host: fmt.Sprintf("port %d", o.port)}
+	fmt.Fprintf(progress, "xroce conform: serving %s on port %d on %s, %d checks of its client's requester\n", o.tool.name, o.port, o.dev, len(checks))
+	base := uint32(0x100000 + rand.IntN(0xe00000))
+	var s *serveSession
+	defer func() {
+		if s != nil {
+			s.end()
+		}
+	}()
+	sessions := 0
+	for i, c := range checks {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if tmpl := o.peerTemplate(o.mtu); !tmpl.Has(c.PeerNeeds) {
+			r := conform.NewServeTrial(c, &tmpl, nil).Result()
+			rep.Results = append(rep.Results, r)
+			fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %s\n", i+1, len(checks), c.Name, r.Verdict, r.Observed)
+			continue
+		}
+		if s != nil && (s.dead || s.next >= len(s.my)) {
+			s.end()
+			s = nil
+		}
+		if s == nil {
+			sessions++
+			if s, err = serveAccept(ctx, o, pl, base+uint32(sessions*o.qps)); err != nil {
+				return err
+			}
+			if sessions == 1 {
+				fmt.Fprintf(progress, "  client %s, path MTU %d\n", s.remote, s.mtu)
+			}
+			// Let its run start before the first check.
+			if err := s.srv.Serve(200*time.Millisecond, nil); err != nil {
+				return fmt.Errorf("conform: %w", err)
+			}
+		}
+		qpn := s.my[s.next].QPN
+		s.next++
+		r := s.srv.Run(c, qpn)
+		rep.Results = append(rep.Results, r)
+		fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, len(checks), c.Name, r.Verdict, r.Duration.Seconds(), s.rem[s.next-1].QPN)
+		if o.verbose && !o.json {
+			conformDiagram(e.stdout, &r, s.local, s.remote)
+		}
+		if c.Fatal && r.Verdict != conform.Skip {
+			s.dead = true
+		}
+	}
+	if s != nil {
+		s.end()
+		s = nil
+	}
+	if o.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		conformTable(e.stdout, rep.Results)
+	}
+	if o.junit != "" {
+		if err := writeJUnit(o.junit, &rep); err != nil {
+			return fmt.Errorf("conform: %w", err)
+		}
+	}
+	if err := pl.flush(); err != nil {
+		return fmt.Errorf("conform: pcap: %w", err)
+	}
+	return conformExit(rep.Results)
+}

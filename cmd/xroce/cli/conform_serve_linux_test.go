@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/xroce/xroce/conform"
+	"github.com/xroce/xroce/internal/netns"
+)
+
+// TestConformServe runs xroce conform --serve against xroce perf's
+// clients between two namespaces: every requester check passes against
+// xroce's requester, cannot run on that tool (SKIP), or is the deviation
+// the README lists (KNOWN: retry_cnt 7 retries for ever).
+func TestConformServe(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, tc := range []struct {
+		tool, test string
+		size       int
+	}{
+		{"ib_write_bw", "write_bw", 64},
+		{"ib_send_bw", "send_bw", 64},
+		{"ib_read_bw", "read_bw", 4096},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			port := 18740 + i
+			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+			defer cancel()
+			srv := []string{"conform", "-d", p.A.Ifname, "--serve", tc.tool, "-q", "8", "-s", fmt.Sprint(tc.size),
+				"-p", fmt.Sprint(port), "-linger", "3s", "-json"}
+			sc := runIn(ctx, p.A, srv...)
+			waitListen(t, p.A, port, sc)
+			// The client keeps few requests outstanding: the puppet's
+			// AF_PACKET socket is no match for a full window of 8 QPs.
+			cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, tc.test, "-q", "8", "-s", fmt.Sprint(tc.size), "-t", "4",
+				"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
+			rs := <-sc
+			cancel()
+			rc := <-cc
+			t.Logf("client: %v\n%s\n%s", rc.err, rc.stdout, rc.stderr)
+			if rs.err != nil {
+				t.Fatalf("conform --serve: %v\nstdout:\n%s\nstderr:\n%s", rs.err, rs.stdout, rs.stderr)
+			}
+			var rep conformReport
+			if err := json.Unmarshal([]byte(rs.stdout), &rep); err != nil {
+				t.Fatalf("-json output: %v\n%s", err, rs.stdout)
+			}
+			t.Logf("progress:\n%s", rs.stderr)
+			pass := 0
+			for _, r := range rep.Results {
+				t.Logf("%-26s %-5v %s %s", r.Name, r.Verdict, r.Observed, r.Note)
+				switch r.Verdict {
+				case conform.Fail:
+					t.Errorf("%s: FAIL against xroce's requester: %s", r.Name, r.Observed)
+				case conform.Pass:
+					pass++
+				}
+			}
+			if pass < 3 {
+				t.Errorf("%d checks passed, want at least 3", pass)
+			}
+		})
+	}
+}
