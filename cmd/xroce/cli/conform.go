@@ -84,6 +84,8 @@ type conformOptions struct {
 	peerTimeout       int           // --serve: the client's ACK timeout code
 	peerRetry         int           // --serve: the client's retry count (-1: unknown)
 	linger            time.Duration // --serve: how long the client may take to end its run
+	expect, observed  string        // -expect, -observed: profile files
+	expected          profile
 	port, size, qps   int
 	mtu               int
 	run, skip         string
@@ -119,6 +121,8 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of the table")
 	fs.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to `file`")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame sent and received to `file` (pcap)")
+	fs.StringVar(&o.expect, "expect", "", "compare the verdicts with the profile in `file` (lines ROLE TOOL CHECK VERDICT): exit status 1 when one differs, whatever it is")
+	fs.StringVar(&o.observed, "observed", "", "write the verdicts as a profile to `file` (the form -expect reads)")
 	fs.BoolVar(&o.list, "list", false, "list the checks and exit")
 	fs.DurationVar(&o.wait, "wait", 30*time.Second, "how long to retry connecting to the server (restarted between connections)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on each exchange with the server")
@@ -185,6 +189,11 @@ func (o *conformOptions) checkCommon() error {
 	}
 	if o.denyOps, err = parseOps(o.denies); err != nil {
 		return usagef("conform: -denies: %v", err)
+	}
+	if o.expect != "" {
+		if o.expected, err = readProfile(o.expect); err != nil {
+			return usagef("conform: -expect: %v", err)
+		}
 	}
 	if o.grants == "" {
 		o.grantOps = o.tool.allows
@@ -490,6 +499,13 @@ func conformRun(ctx context.Context, e *env, o *conformOptions) error {
 			s.dead = true
 		}
 	}
+	return o.finish(e, pl, &rep)
+}
+
+// finish reports a run's results (the table or JSON, JUnit, the observed
+// profile, the pcap) and returns its exit status: 1 if a check FAILed,
+// or with -expect, if a verdict differs from the profile.
+func (o *conformOptions) finish(e *env, pl *puppetLink, rep *conformReport) error {
 	if o.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -500,12 +516,24 @@ func conformRun(ctx context.Context, e *env, o *conformOptions) error {
 		conformTable(e.stdout, rep.Results)
 	}
 	if o.junit != "" {
-		if err := writeJUnit(o.junit, &rep); err != nil {
+		if err := writeJUnit(o.junit, rep); err != nil {
 			return fmt.Errorf("conform: %w", err)
+		}
+	}
+	if o.observed != "" {
+		if err := os.WriteFile(o.observed, []byte(o.profileOf(rep.Results)), 0o644); err != nil {
+			return fmt.Errorf("conform: -observed: %w", err)
 		}
 	}
 	if err := pl.flush(); err != nil {
 		return fmt.Errorf("conform: pcap: %w", err)
+	}
+	if o.expect != "" {
+		w := e.stdout
+		if o.json {
+			w = e.stderr
+		}
+		return o.compareProfile(w, rep.Results)
 	}
 	return conformExit(rep.Results)
 }

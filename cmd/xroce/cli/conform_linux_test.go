@@ -222,3 +222,45 @@ func TestConformUsage(t *testing.T) {
 		t.Errorf("-list: %v\n%s", err, out.String())
 	}
 }
+
+// TestConformProfile: -observed writes what -expect reads; a verdict that
+// moved, or a check the profile lacks, makes the exit status 1 and is
+// named; a malformed profile is a usage error.
+func TestConformProfile(t *testing.T) {
+	dir := t.TempDir()
+	o := conformOptions{tool: conformTools[0]}
+	rs := []conform.Result{{Name: "resp.psn-gap", Verdict: conform.Pass}, {Name: "resp.dup-read", Verdict: conform.Skip},
+		{Name: "resp.rnr", Verdict: conform.Fail}}
+	path := filepath.Join(dir, "p.txt")
+	if err := os.WriteFile(path, []byte("# rxe\n"+o.profileOf(rs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if o.expected, err = readProfile(path); err != nil {
+		t.Fatal(err)
+	}
+	o.expect = path
+	var out strings.Builder
+	if err := o.compareProfile(&out, rs); err != nil || !strings.Contains(out.String(), "all 3 checks as expected") {
+		t.Errorf("the observed profile against itself: %v, %q", err, out.String())
+	}
+	rs[0].Verdict = conform.Fail
+	rs = append(rs, conform.Result{Name: "resp.new", Verdict: conform.Pass})
+	out.Reset()
+	err = o.compareProfile(&out, rs)
+	if ExitCode(err) != 1 || !strings.Contains(out.String(), "2 of 4 checks differ: resp.psn-gap FAIL (expected PASS); resp.new PASS (not in the profile)") {
+		t.Errorf("moved verdicts: exit %d, %q", ExitCode(err), out.String())
+	}
+	// The same check through another tool or role is another line.
+	o.serve = "ib_write_bw"
+	out.Reset()
+	if err := o.compareProfile(&out, rs[1:2]); ExitCode(err) != 1 {
+		t.Errorf("serve against a via profile: exit %d, %q", ExitCode(err), out.String())
+	}
+	bad := filepath.Join(dir, "bad.txt")
+	os.WriteFile(bad, []byte("via ib_write_bw resp.psn-gap MAYBE\n"), 0o644)
+	var so, se strings.Builder
+	if err := Run(context.Background(), []string{"conform", "-d", "x", "--via", "ib_write_bw", "-expect", bad, "198.18.0.2"}, &so, &se); ExitCode(err) != 2 {
+		t.Errorf("a malformed profile: exit %d (%v), want 2", ExitCode(err), err)
+	}
+}

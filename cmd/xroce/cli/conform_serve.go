@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -294,22 +293,5 @@ func conformServe(ctx context.Context, e *env, o *conformOptions) error {
 		s.end()
 		s = nil
 	}
-	if o.json {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		conformTable(e.stdout, rep.Results)
-	}
-	if o.junit != "" {
-		if err := writeJUnit(o.junit, &rep); err != nil {
-			return fmt.Errorf("conform: %w", err)
-		}
-	}
-	if err := pl.flush(); err != nil {
-		return fmt.Errorf("conform: pcap: %w", err)
-	}
-	return conformExit(rep.Results)
+	return o.finish(e, pl, &rep)
 }

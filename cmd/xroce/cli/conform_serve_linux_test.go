@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,8 +32,9 @@ func TestConformServe(t *testing.T) {
 			port := 18740 + i
 			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
 			defer cancel()
+			obs := filepath.Join(t.TempDir(), "observed.txt")
 			srv := []string{"conform", "-d", p.A.Ifname, "--serve", tc.tool, "-q", "8", "-s", fmt.Sprint(tc.size),
-				"-p", fmt.Sprint(port), "-linger", "3s", "-json"}
+				"-p", fmt.Sprint(port), "-linger", "3s", "-json", "-observed", obs}
 			sc := runIn(ctx, p.A, srv...)
 			waitListen(t, p.A, port, sc)
 			// The client keeps few requests outstanding: the puppet's
@@ -61,6 +65,11 @@ func TestConformServe(t *testing.T) {
 			}
 			if pass < 3 {
 				t.Errorf("%d checks passed, want at least 3", pass)
+			}
+			// -observed: the profile -expect reads, one line a check.
+			b, err := os.ReadFile(obs)
+			if err != nil || strings.Count(string(b), "\n") != len(rep.Results) || !strings.Contains(string(b), "serve "+tc.tool+" ") {
+				t.Errorf("-observed: %v\n%s", err, b)
 			}
 		})
 	}
