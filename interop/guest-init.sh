@@ -1,7 +1,7 @@
 #!/bin/bash
 # PID 1 of the interop VM (see interop/README.md). It runs the modes named in
 # XROCE_MODE (a kernel parameter, comma-separated: selftest, loss, tap, xroce,
-# xloss, cm, cmloss, compare), writes
+# xloss, cm, cmloss, conform, compare), writes
 # logs, captures and results.tsv to the 9p share mounted at /out, then powers
 # the VM off. Every test is one row of /out/results.tsv:
 #   NAME <tab> PASS|FAIL|SKIP <tab> SECONDS <tab> DETAIL
@@ -1550,6 +1550,125 @@ cm_madloss_rows_stats() {
 	cm_madloss_rows "$1"
 }
 
+# --- conform: xroce conform against rxe's transport, rule by rule ---------------------
+# The host's `xroce conform` probes rxe's responder (--via: the tool's server
+# in the guest, xroce its client) and its requester (--serve: xroce the
+# tool's server, the tool's client in the guest), on the tap link. The
+# guest's tool runs in a loop for the whole row: a check that moves one of
+# its QPs to the error state ends ib_send_bw's or ibv_rc_pingpong's server,
+# and each session needs a tool of its own. A row passes when every verdict
+# is the one rxe's profile says (interop/testdata/conform-GEN.txt, which
+# interop/run copies to /out/conform-expect.txt): a check rxe fails must
+# fail, and a verdict that moves, either way, fails the row. xroce's table
+# is in logs/NAME.host.txt, the verdicts as a profile in
+# logs/NAME.observed.txt (interop/run gathers them into
+# conform-observed.txt), JUnit in logs/NAME.junit.xml, the puppet's frames
+# in pcap/NAME.pcap.
+
+# conform_loop LOG TIMEOUT WATCH CMD...: CMD again and again (its output
+# appended to LOG, each run bounded by TIMEOUT) until TERM. WATCH "conn":
+# a run is also ended 2 s after its TCP connection on port 18515 closed (a
+# perftest server whose client left mid-test waits for ever, and so does a
+# client whose QP the check left stalled); WATCH "none": only TIMEOUT.
+conform_loop() {
+	local log=$1 to=$2 watch=$3 c="" had gone
+	shift 3
+	trap 'kill -TERM $c 2>/dev/null; exit 0' TERM
+	while :; do
+		timeout -s KILL "$to" stdbuf -oL "$@" >>"$log" 2>&1 &
+		c=$!
+		had=0 gone=0
+		while kill -0 "$c" 2>/dev/null; do
+			if [ "$watch" = conn ]; then
+				if ss -Htn state established '( sport = :18515 or dport = :18515 )' | grep -q .; then
+					had=1 gone=0
+				elif [ $had = 1 ]; then
+					gone=$((gone + 1))
+					[ $gone -ge 4 ] && kill -TERM "$c" 2>/dev/null
+				fi
+			fi
+			sleep 0.5
+		done
+		wait "$c"
+		echo "=== exit $? at $(now)" >>"$log"
+		sleep 0.3
+	done
+}
+
+# conform_row NAME TIMEOUT RUN_TIMEOUT WATCH TOOL... -- CONFORM_ARGS...: the
+# host's xroce conform with CONFORM_ARGS (and the profile, the observed
+# profile, JUnit and pcap), TOOL looped in the guest (conform_loop); PASS
+# when xroce conform exits 0: every verdict as the profile says.
+conform_row() { rowrun _conform_row "$@"; }
+_conform_row() {
+	local name=$1 to=$2 rto=$3 watch=$4 t0 tool=() hrc lpid sum prof
+	shift 4
+	while [ "$1" != "--" ]; do tool+=("$1"); shift; done
+	shift
+	t0=$(now)
+	if ! host_start "$name.host" "$to" xroce conform -d tap0 -expect conform-expect.txt -observed "logs/$name.observed.txt" \
+		-junit "logs/$name.junit.xml" -pcap "pcap/$name.pcap" "$@"; then
+		result "$name" FAIL "$t0" "the host's xroce conform did not start"
+		return
+	fi
+	conform_loop "/out/logs/$name.guest.txt" "$rto" "$watch" "${tool[@]}" &
+	lpid=$!
+	hrc=$(host_wait "$name.host" "$to")
+	stop "$lpid"
+	wait "$lpid" 2>/dev/null
+	for _ in $(seq 30); do pgrep -x "${tool[0]}" >/dev/null || break; sleep 0.1; done
+	pkill -KILL -x "${tool[0]}"
+	sum=$(grep -E '^[0-9]+ checks: ' "/out/logs/$name.host.txt" | tail -1)
+	prof=$(grep -E '^profile ' "/out/logs/$name.host.txt" | tail -1)
+	if [ "$hrc" = 0 ]; then
+		result "$name" PASS "$t0" "$sum; ${prof#profile conform-expect.txt: }"
+	else
+		result "$name" FAIL "$t0" "xroce conform exit $hrc: ${prof:-$(grep -v '^ *$' "/out/logs/$name.host.txt" 2>/dev/null | tail -1)}"
+	fi
+}
+
+mode_conform() {
+	# A row's bound: xroce conform's checks and sessions (each waits
+	# for the guest's tool to start again) take a minute or two under TCG.
+	local to=240 t0
+	tap_link
+	t0=$(now)
+	if ! /out/xroce conform -h 2>&1 | grep -q -- '-serve'; then
+		result conform.setup SKIP "$t0" "this xroce has no conform --serve"
+		return
+	fi
+	if [ ! -s /out/conform-expect.txt ]; then
+		result conform.setup FAIL "$t0" "no profile /out/conform-expect.txt (interop/run copies interop/testdata/conform-GEN.txt)"
+		return
+	fi
+	result conform.setup PASS "$t0" "$(grep -v '^#' /out/conform-expect.txt | grep -c .) expected verdicts: $(head -1 /out/conform-expect.txt | cut -c3-120)"
+	# rxe's responder: each tool's server, xroce conform --via its client,
+	# a QP of its own for each check. ib_write_bw hosts most checks on its
+	# 24 QPs; ib_read_bw and ib_atomic_bw those about READs and atomics;
+	# ib_send_bw and ibv_rc_pingpong those about receives.
+	conform_row conform.via.write_bw "$to" "$to" conn ib_write_bw -d rxetap -x 1 -F -q 24 -n 1000000 -- \
+		--via ib_write_bw -q 24 198.18.1.2
+	conform_row conform.via.read_bw "$to" "$to" conn ib_read_bw -d rxetap -x 1 -F -q 8 -n 1000000 -- \
+		--via ib_read_bw -q 8 -run 'dup-read|rd-atomic-limit' 198.18.1.2
+	conform_row conform.via.atomic_bw "$to" "$to" conn ib_atomic_bw -d rxetap -x 1 -F -q 4 -n 1000000 -- \
+		--via ib_atomic_bw -q 4 -run atomic 198.18.1.2
+	conform_row conform.via.send_bw "$to" "$to" conn ib_send_bw -d rxetap -x 1 -F -q 4 -n 1000000 -- \
+		--via ib_send_bw -q 4 198.18.1.2
+	# ibv_rc_pingpong closes its TCP connection after the exchange, and its
+	# server waits for ever once a check has had its QP: 8 s a run.
+	conform_row conform.via.rc_pingpong "$to" 8 none ibv_rc_pingpong -d rxetap -g 1 -n 1000000 -- \
+		--via ibv_rc_pingpong 198.18.1.2
+	# rxe's requester: xroce conform --serve as the tool's server, the
+	# tool's client in the guest (20 s runs; xroce ends a run it has no
+	# more use for with a NAK on each QP).
+	conform_row conform.serve.write_bw "$to" "$to" conn ib_write_bw -d rxetap -x 1 -F -q 8 -s 64 -D 20 198.18.1.1 -- \
+		--serve ib_write_bw -q 8 -s 64 -linger 5s
+	conform_row conform.serve.send_bw "$to" "$to" conn ib_send_bw -d rxetap -x 1 -F -q 8 -s 64 -D 20 198.18.1.1 -- \
+		--serve ib_send_bw -q 8 -s 64 -linger 5s
+	conform_row conform.serve.read_bw "$to" "$to" conn ib_read_bw -d rxetap -x 1 -F -q 8 -s 4096 -D 20 198.18.1.1 -- \
+		--serve ib_read_bw -q 8 -s 4096 -linger 5s
+}
+
 # --- compare: rxe<->rxe beside xroce<->xroce, same guest, same sizes and MTU ------
 
 # cmp_fig FILE KIND: from a perftest-format table (perftest's or xroce perf's),
@@ -1686,7 +1805,7 @@ mode_compare() {
 for m in ${XROCE_MODE//,/ }; do
 	t0=$(now)
 	case $m in
-	selftest | loss | tap | xroce | xloss | cm | cmloss | compare) "mode_$m" ;;
+	selftest | loss | tap | xroce | xloss | cm | cmloss | conform | compare) "mode_$m" ;;
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
 	esac
 	echo "$m $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" >>/out/mode-seconds

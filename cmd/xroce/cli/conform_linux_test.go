@@ -264,3 +264,26 @@ func TestConformProfile(t *testing.T) {
 		t.Errorf("a malformed profile: exit %d (%v), want 2", ExitCode(err), err)
 	}
 }
+
+// TestConformRxeProfiles: the interop suite's profiles of rxe parse, and
+// name only checks and tools that exist, each check in its role.
+func TestConformRxeProfiles(t *testing.T) {
+	files, _ := filepath.Glob("../../../interop/testdata/conform-*.txt")
+	if len(files) == 0 {
+		t.Fatal("no interop/testdata/conform-*.txt")
+	}
+	for _, f := range files {
+		p, err := readProfile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range p {
+			fs := strings.Fields(k)
+			c := slices.IndexFunc(conform.Checks(), func(c *conform.Check) bool { return c.Name == fs[2] })
+			tool := slices.ContainsFunc(conformTools, func(t conformTool) bool { return t.name == fs[1] })
+			if c < 0 || !tool || conform.Checks()[c].IsRequester() != (fs[0] == "serve") || fs[0] == "serve" && !slices.Contains(conformServeTools, fs[1]) {
+				t.Errorf("%s: %q: no such check, tool or role", f, k)
+			}
+		}
+	}
+}
