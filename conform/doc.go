@@ -20,4 +20,11 @@
 // frames, receive frames with their arrival time, now): internal/rogue's
 // Puppet over a real link for xroce conform, a simulated responder on a
 // fake clock in the tests.
+//
+// Requester checks turn the roles round: the peer's tool is the client
+// and its QPs the requesters. A Server answers them with package qp's
+// responder, which follows the rules, and a ServeTrial sits between the
+// two on the QP under test: each Phase of the check withholds, replaces
+// or adds answers (an Act) and its judge looks at what the requester did
+// (its requests, new and sent again, with their times).
 package conform
