@@ -386,20 +386,9 @@ func (tr *ServeTrial) judge(ph *Phase) {
 	if o.Obs != "" {
 		tr.obs = append(tr.obs, o.Obs)
 	}
-	switch {
-	case o.Skip:
-		tr.finish(Skip, o.Obs, "")
-		return
-	case o.OK:
-		return
+	if v, note := tr.c.verdictOf(o); v != Pass {
+		tr.finish(v, o.Obs, note)
 	}
-	for _, d := range tr.c.Known {
-		if d.Code != "" && d.Code == o.Code {
-			tr.finish(Known, o.Obs, d.Impl+": "+d.Note)
-			return
-		}
-	}
-	tr.finish(Fail, o.Obs, "")
 }
 
 func (tr *ServeTrial) mark(now time.Duration, psn bth.PSN) {
@@ -457,32 +446,26 @@ func (tr *ServeTrial) ToPeer(frame []byte, now time.Duration) [][]byte {
 	switch ph.Do {
 	case ActHold:
 		return hold()
-	case ActSeqNak:
-		first := isAck(&a) || a.Opcode() == bth.RCReadResponseFirst || a.Opcode() == bth.RCReadResponseOnly || a.Opcode() == bth.RCAtomicAck
-		switch {
-		case !tr.x.Marked && newInPhase && first:
-			nak := ackFrom(frame, psn, bth.NakPSNSeqError)
-			if nak == nil {
-				break
-			}
-			st.targetSet, st.target, st.targetLast = true, psn, psn
-			tr.x.Target = tr.reqAt(psn)
-			tr.mark(now, psn)
-			return tr.pass(nak, now)
-		case tr.x.Marked && !st.released:
-			return hold()
+	case ActSeqNak, ActRNR:
+		// The first answer of the kind the act is about is replaced,
+		// and every answer after it withheld until that PSN comes again.
+		want, syn := false, bth.NakPSNSeqError
+		if ph.Do == ActSeqNak {
+			op := a.Opcode()
+			want = isAck(&a) || op == bth.RCReadResponseFirst || op == bth.RCReadResponseOnly || op == bth.RCAtomicAck
+		} else {
+			want, syn = isAck(&a) && tr.sendOnlyAt(psn), bth.RNRNakSyndrome(ph.RNRTimer)
 		}
-	case ActRNR:
 		switch {
-		case !tr.x.Marked && isAck(&a) && newInPhase && tr.sendOnlyAt(psn):
-			rnr := ackFrom(frame, psn, bth.RNRNakSyndrome(ph.RNRTimer))
-			if rnr == nil {
+		case !tr.x.Marked && newInPhase && want:
+			g := ackFrom(frame, psn, syn)
+			if g == nil {
 				break
 			}
 			st.targetSet, st.target, st.targetLast = true, psn, psn
 			tr.x.Target = tr.reqAt(psn)
 			tr.mark(now, psn)
-			return tr.pass(rnr, now)
+			return tr.pass(g, now)
 		case tr.x.Marked && !st.released:
 			return hold()
 		}

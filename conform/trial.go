@@ -240,16 +240,27 @@ func (tr *Trial) judge(s *Step) {
 	if o.Obs != "" {
 		tr.obs = append(tr.obs, o.Obs)
 	}
-	if o.OK {
-		return
+	if v, note := tr.c.verdictOf(o); v != Pass {
+		tr.finish(v, o.Obs, note)
 	}
-	for _, d := range tr.c.Known {
+}
+
+// verdictOf returns what a step's or phase's outcome makes of c: Pass (go
+// on), Skip, or for a failure Known with the deviation's note when c lists
+// its code, else Fail.
+func (c *Check) verdictOf(o Outcome) (Verdict, string) {
+	switch {
+	case o.Skip:
+		return Skip, ""
+	case o.OK:
+		return Pass, ""
+	}
+	for _, d := range c.Known {
 		if d.Code != "" && d.Code == o.Code {
-			tr.finish(Known, o.Obs, d.Impl+": "+d.Note)
-			return
+			return Known, d.Impl + ": " + d.Note
 		}
 	}
-	tr.finish(Fail, o.Obs, "")
+	return Fail, ""
 }
 
 func (tr *Trial) finish(v Verdict, obs, note string) {

@@ -354,42 +354,64 @@ func (s *conformSession) exchange(qpnBase uint32) error {
 		return nil
 	}
 	s.pc = perftest.NewConn(s.tcp, true)
-	if err := s.pc.Versions(); err != nil {
+	var err error
+	if _, s.mtu, err = perftestStart(s.pc, o.mtu); err != nil {
 		return err
 	}
-	if _, _, err := s.pc.SysData(os.Getpagesize(), 64); err != nil {
-		return err
+	s.rem = make([]perftest.Dest, len(s.my))
+	return perftestAddresses(s.pc, s.my, s.rem, o.tool.verb == perftest.Send, nil)
+}
+
+// perftestStart runs the first exchanges of perftest's: versions, system
+// data and the MTU; it returns the larger cycle buffer and the path MTU in
+// bytes (the smaller of both sides', mtu being this side's).
+func perftestStart(pc *perftest.Conn, mtu int) (cycle, pmtu int, err error) {
+	if err := pc.Versions(); err != nil {
+		return 0, 0, err
 	}
-	m, err := s.pc.MTU(mtuCode(o.mtu))
+	if cycle, _, err = pc.SysData(os.Getpagesize(), 64); err != nil {
+		return 0, 0, err
+	}
+	m, err := pc.MTU(mtuCode(mtu))
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	s.mtu = 128 << m
-	hsAll := func() error {
-		s.rem = s.rem[:0]
-		for i := range s.my {
-			d, err := s.pc.HandShake(&s.my[i])
+	return cycle, 128 << m, nil
+}
+
+// perftestAddresses runs the address exchanges of a perftest bandwidth
+// test as both its sides do: every QP's address (rem gets the peer's),
+// then ready (nil: nothing; the QPs can go to RTS and receives be
+// posted), for send a barrier, every address again and a last barrier.
+// Then the test runs.
+func perftestAddresses(pc *perftest.Conn, my, rem []perftest.Dest, send bool, ready func() error) error {
+	all := func() error {
+		for i := range my {
+			d, err := pc.HandShake(&my[i])
 			if err != nil {
 				return err
 			}
-			s.rem = append(s.rem, d)
+			rem[i] = d
 		}
 		return nil
 	}
-	// perftest's order: every address, (send: a barrier), every address
-	// again, a barrier; then the server's QPs are in RTS and the test runs.
-	if err := hsAll(); err != nil {
+	if err := all(); err != nil {
 		return err
 	}
-	if o.tool.verb == perftest.Send {
-		if _, err := s.pc.HandShake(&s.my[0]); err != nil {
+	if ready != nil {
+		if err := ready(); err != nil {
 			return err
 		}
 	}
-	if err := hsAll(); err != nil {
+	if send {
+		if _, err := pc.HandShake(&my[0]); err != nil {
+			return err
+		}
+	}
+	if err := all(); err != nil {
 		return err
 	}
-	_, err = s.pc.HandShake(&s.my[0])
+	_, err := pc.HandShake(&my[0])
 	return err
 }
 

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
@@ -120,18 +119,11 @@ func (s *serveSession) start(pl *puppetLink, qpnBase uint32) error {
 		return err
 	}
 	s.pc = perftest.NewConn(s.tcp, false)
-	if err := s.pc.Versions(); err != nil {
-		return err
-	}
-	cycle, _, err := s.pc.SysData(os.Getpagesize(), 64)
+	cycle, mtu, err := perftestStart(s.pc, o.mtu)
 	if err != nil {
 		return err
 	}
-	m, err := s.pc.MTU(mtuCode(o.mtu))
-	if err != nil {
-		return err
-	}
-	s.mtu = 128 << m
+	s.mtu = mtu
 	gid := netip.AddrFrom16(s.local.As16()).As16()
 	// perftest moves each request's address on by its size within its
 	// cycle buffer: offer twice that.
@@ -141,44 +133,23 @@ func (s *serveSession) start(pl *puppetLink, qpnBase uint32) error {
 		s.my = append(s.my, perftest.Dest{OutReads: 16, QPN: qpnBase + uint32(i), PSN: rand.Uint32() & 0xffffff, RKey: rkey, VAddr: va, GID: gid})
 	}
 	s.rem = make([]perftest.Dest, o.qps)
-	hsAll := func() error {
+	// Once the client's addresses are in, the puppet's QPs go to RTS
+	// (with their receives posted, for send) before the barriers.
+	return perftestAddresses(s.pc, s.my, s.rem, o.tool.verb == perftest.Send, func() error {
+		tmpl := o.peerTemplate(s.mtu)
 		for i := range s.my {
-			d, err := s.pc.HandShake(&s.my[i])
-			if err != nil {
+			p := tmpl
+			p.QPN, p.PSN = s.rem[i].QPN, bth.PSN(s.rem[i].PSN&bth.PSNMask)
+			c := conform.ServeQP{QPN: s.my[i].QPN, PSN: bth.PSN(s.my[i].PSN), Peer: p}
+			if o.tool.verb == perftest.Send {
+				c.Recvs, c.RecvLen = 512, o.size
+			}
+			if err := s.srv.AddQP(c); err != nil {
 				return err
 			}
-			s.rem[i] = d
 		}
 		return nil
-	}
-	// perftest's order (xroce perf's server): every address; the QPs go
-	// to RTS; (send: a barrier once the receives are posted); every
-	// address again; (the others: a barrier). Then the client runs.
-	if err := hsAll(); err != nil {
-		return err
-	}
-	tmpl := o.peerTemplate(s.mtu)
-	for i := range s.my {
-		p := tmpl
-		p.QPN, p.PSN = s.rem[i].QPN, bth.PSN(s.rem[i].PSN&bth.PSNMask)
-		c := conform.ServeQP{QPN: s.my[i].QPN, PSN: bth.PSN(s.my[i].PSN), Peer: p}
-		if o.tool.verb == perftest.Send {
-			c.Recvs, c.RecvLen = 512, o.size
-		}
-		if err := s.srv.AddQP(c); err != nil {
-			return err
-		}
-	}
-	if o.tool.verb == perftest.Send {
-		if _, err := s.pc.HandShake(&s.my[0]); err != nil {
-			return err
-		}
-	}
-	if err := hsAll(); err != nil {
-		return err
-	}
-	_, err = s.pc.HandShake(&s.my[0])
-	return err
+	})
 }
 
 // finish ends the exchange as perftest's server does once the client's
