@@ -291,20 +291,14 @@ func ackFrom(tmpl []byte, psn bth.PSN, syn bth.Syndrome) []byte {
 // them; Poll moves the check from phase to phase. It belongs to one
 // goroutine.
 type ServeTrial struct {
-	c      *Check
-	p      *Peer
-	fl     *flow
-	phase  int
-	in     bool // a phase is running
-	until  time.Duration
-	start  time.Duration
-	begun  bool
-	x      Ctx
-	st     actState
-	frames []Frame
-	obs    []string
-	done   bool
-	res    Result
+	record
+	p     *Peer
+	fl    *flow
+	phase int
+	in    bool // a phase is running
+	until time.Duration
+	x     Ctx
+	st    actState
 }
 
 // actState is the running phase's act, under way.
@@ -321,35 +315,18 @@ func NewServeTrial(c *Check, p *Peer, fl *flow) *ServeTrial {
 	if fl == nil {
 		fl = &flow{mtu: p.MTU}
 	}
-	tr := &ServeTrial{c: c, p: p, fl: fl}
+	tr := &ServeTrial{record: newRecord(c), p: p, fl: fl}
 	tr.x = Ctx{P: p, Vars: map[string]uint64{}, Read: map[string][]byte{}}
-	tr.res = Result{Check: c, Name: c.Name, Rule: c.Rule}
 	if l := p.lacks(c.PeerNeeds); l != 0 {
 		tr.finish(Skip, "the requester under test cannot show it: "+peerNeedText(l), "")
 	}
 	return tr
 }
 
-// Done reports whether the trial has its result.
-func (tr *ServeTrial) Done() bool { return tr.done }
-
-// Result returns the trial's result once Done.
-func (tr *ServeTrial) Result() Result { return tr.res }
-
-// Frames returns the frames of the trial so far.
-func (tr *ServeTrial) Frames() []Frame { return tr.frames }
-
-func (tr *ServeTrial) finish(v Verdict, obs, note string) {
-	tr.done = true
-	tr.res.Verdict, tr.res.Observed, tr.res.Note = v, obs, note
-}
-
 // Poll advances the trial at now and returns when to call it again at the
 // latest.
 func (tr *ServeTrial) Poll(now time.Duration) time.Duration {
-	if !tr.begun {
-		tr.begun, tr.start = true, now
-	}
+	tr.begin(now)
 	for !tr.done {
 		if tr.in {
 			ph := &tr.c.Serve[tr.phase]
@@ -364,7 +341,7 @@ func (tr *ServeTrial) Poll(now time.Duration) time.Duration {
 			continue
 		}
 		if tr.phase >= len(tr.c.Serve) {
-			tr.finish(Pass, strings.Join(tr.obs, "; "), "")
+			tr.passed()
 			break
 		}
 		ph := &tr.c.Serve[tr.phase]
@@ -374,21 +351,14 @@ func (tr *ServeTrial) Poll(now time.Duration) time.Duration {
 		tr.st = actState{}
 		tr.in, tr.until = true, now+ph.wait(tr.p)
 	}
-	tr.res.Duration = now - tr.start
-	tr.res.Frames = tr.frames
+	tr.closeAt(now)
 	return now
 }
 
 func (tr *ServeTrial) judge(ph *Phase) {
 	tr.in = false
 	tr.phase++
-	o := ph.Judge(&tr.x)
-	if o.Obs != "" {
-		tr.obs = append(tr.obs, o.Obs)
-	}
-	if v, note := tr.c.verdictOf(o); v != Pass {
-		tr.finish(v, o.Obs, note)
-	}
+	tr.judged(ph.Judge(&tr.x))
 }
 
 func (tr *ServeTrial) mark(now time.Duration, psn bth.PSN) {
@@ -513,7 +483,7 @@ func (tr *ServeTrial) ToPeer(frame []byte, now time.Duration) [][]byte {
 			tr.mark(now, ghost)
 			hold()
 			for _, g := range out {
-				tr.record(g, now)
+				tr.sent(g, now)
 			}
 			return out
 		}
@@ -524,12 +494,12 @@ func (tr *ServeTrial) ToPeer(frame []byte, now time.Duration) [][]byte {
 
 // pass lets an answer through: recorded, and noted in the flow.
 func (tr *ServeTrial) pass(frame []byte, now time.Duration) [][]byte {
-	tr.record(frame, now)
+	tr.sent(frame, now)
 	return [][]byte{frame}
 }
 
-// record notes a frame that goes out to the requester.
-func (tr *ServeTrial) record(frame []byte, now time.Duration) {
+// sent notes a frame that goes out to the requester.
+func (tr *ServeTrial) sent(frame []byte, now time.Duration) {
 	data := append([]byte(nil), frame...)
 	tr.frames = append(tr.frames, Frame{At: now, Sent: true, Data: data})
 	a := Answer{At: now, Raw: data}

@@ -116,28 +116,78 @@ type Result struct {
 // Trial runs one check against one target: a pure state machine driven
 // by Poll and Input with the caller's clock. It belongs to one goroutine.
 type Trial struct {
-	c      *Check
+	record
 	t      *Target
 	fr     Framer
 	self   uint32
 	step   int  // the step running (or next to start)
 	inStep bool // its packets are sent, answers are being collected
 	until  time.Duration
+	x      Ctx
+}
+
+// record is what a trial (Trial, ServeTrial) keeps of its check: the
+// frames, the judges' observations, and once done the result.
+type record struct {
+	c      *Check
 	start  time.Duration
 	begun  bool
-	x      Ctx
 	frames []Frame
 	obs    []string
 	done   bool
 	res    Result
 }
 
+func newRecord(c *Check) record {
+	return record{c: c, res: Result{Check: c, Name: c.Name, Rule: c.Rule}}
+}
+
+// Done reports whether the trial has its result.
+func (r *record) Done() bool { return r.done }
+
+// Result returns the trial's result once Done.
+func (r *record) Result() Result { return r.res }
+
+// Frames returns the frames of the trial so far.
+func (r *record) Frames() []Frame { return r.frames }
+
+// begin notes the trial's first Poll.
+func (r *record) begin(now time.Duration) {
+	if !r.begun {
+		r.begun, r.start = true, now
+	}
+}
+
+// judged takes a step's or phase's outcome: its observation is kept, and
+// anything but a pass ends the trial with its verdict.
+func (r *record) judged(o Outcome) {
+	if o.Obs != "" {
+		r.obs = append(r.obs, o.Obs)
+	}
+	if v, note := r.c.verdictOf(o); v != Pass {
+		r.finish(v, o.Obs, note)
+	}
+}
+
+// passed ends a trial whose steps or phases all passed.
+func (r *record) passed() { r.finish(Pass, strings.Join(r.obs, "; "), "") }
+
+// closeAt completes the result of a trial that is done at now.
+func (r *record) closeAt(now time.Duration) {
+	r.res.Duration = now - r.start
+	r.res.Frames = r.frames
+}
+
+func (r *record) finish(v Verdict, obs, note string) {
+	r.done = true
+	r.res.Verdict, r.res.Observed, r.res.Note = v, obs, note
+}
+
 // NewTrial prepares c against t; fr builds the puppet's frames and self
 // is the puppet's QP number (where the peer's answers go).
 func NewTrial(c *Check, t *Target, fr Framer, self uint32) *Trial {
-	tr := &Trial{c: c, t: t, fr: fr, self: self}
+	tr := &Trial{record: newRecord(c), t: t, fr: fr, self: self}
 	tr.x = Ctx{T: t, Self: self, Vars: map[string]uint64{}, Read: map[string][]byte{}}
-	tr.res = Result{Check: c, Name: c.Name, Rule: c.Rule}
 	if t.MTU == 0 {
 		t.MTU = 1024
 	}
@@ -179,22 +229,11 @@ func needText(n Need) string {
 	return strings.Join(s, ", ")
 }
 
-// Done reports whether the trial has its result.
-func (tr *Trial) Done() bool { return tr.done }
-
-// Result returns the trial's result once Done.
-func (tr *Trial) Result() Result { return tr.res }
-
-// Frames returns the frames of the trial so far.
-func (tr *Trial) Frames() []Frame { return tr.frames }
-
 // Poll advances the trial at time now: it returns the frames to send now
 // (the puppet sends them in order) and when to call Poll again at the
 // latest. When the trial is done it returns nil and Done is true.
 func (tr *Trial) Poll(now time.Duration) (send [][]byte, next time.Duration) {
-	if !tr.begun {
-		tr.begun, tr.start = true, now
-	}
+	tr.begin(now)
 	for !tr.done {
 		if tr.inStep {
 			s := &tr.c.Steps[tr.step]
@@ -205,7 +244,7 @@ func (tr *Trial) Poll(now time.Duration) (send [][]byte, next time.Duration) {
 			continue
 		}
 		if tr.step >= len(tr.c.Steps) {
-			tr.finish(Pass, strings.Join(tr.obs, "; "), "")
+			tr.passed()
 			break
 		}
 		s := &tr.c.Steps[tr.step]
@@ -227,8 +266,7 @@ func (tr *Trial) Poll(now time.Duration) (send [][]byte, next time.Duration) {
 		tr.inStep, tr.until = true, now+w
 		return send, tr.until
 	}
-	tr.res.Duration = now - tr.start
-	tr.res.Frames = tr.frames
+	tr.closeAt(now)
 	return nil, now
 }
 
@@ -236,13 +274,7 @@ func (tr *Trial) Poll(now time.Duration) (send [][]byte, next time.Duration) {
 func (tr *Trial) judge(s *Step) {
 	tr.inStep = false
 	tr.step++
-	o := s.Judge(&tr.x)
-	if o.Obs != "" {
-		tr.obs = append(tr.obs, o.Obs)
-	}
-	if v, note := tr.c.verdictOf(o); v != Pass {
-		tr.finish(v, o.Obs, note)
-	}
+	tr.judged(s.Judge(&tr.x))
 }
 
 // verdictOf returns what a step's or phase's outcome makes of c: Pass (go
@@ -261,11 +293,6 @@ func (c *Check) verdictOf(o Outcome) (Verdict, string) {
 		}
 	}
 	return Fail, ""
-}
-
-func (tr *Trial) finish(v Verdict, obs, note string) {
-	tr.done = true
-	tr.res.Verdict, tr.res.Observed, tr.res.Note = v, obs, note
 }
 
 // Input takes a frame received at time now. Frames that are not RoCE v2

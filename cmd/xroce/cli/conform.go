@@ -443,6 +443,23 @@ func (s *conformSession) close() {
 	s.pc.Close(&s.my[0])
 }
 
+// start selects the checks and opens the puppet's socket; the lines of
+// progress go to the returned writer (stderr with -json).
+func (o *conformOptions) start(e *env) ([]*conform.Check, *puppetLink, io.Writer, error) {
+	checks := o.selected()
+	if len(checks) == 0 {
+		return nil, nil, nil, usagef("conform: no check matches -run %q -skip %q", o.run, o.skip)
+	}
+	pl, err := openPuppetLink(o.dev, o.pcap)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("conform: %w", err)
+	}
+	if o.json {
+		return checks, pl, e.stderr, nil
+	}
+	return checks, pl, e.stdout, nil
+}
+
 // conformReport is the JSON form of a run.
 type conformReport struct {
 	Tool    string           `json:"tool"`
@@ -451,19 +468,11 @@ type conformReport struct {
 }
 
 func conformRun(ctx context.Context, e *env, o *conformOptions) error {
-	checks := o.selected()
-	if len(checks) == 0 {
-		return usagef("conform: no check matches -run %q -skip %q", o.run, o.skip)
-	}
-	pl, err := openPuppetLink(o.dev, o.pcap)
+	checks, pl, progress, err := o.start(e)
 	if err != nil {
-		return fmt.Errorf("conform: %w", err)
+		return err
 	}
 	defer pl.Close()
-	progress := e.stdout
-	if o.json {
-		progress = e.stderr
-	}
 	rep := conformReport{Tool: o.tool.name, Host: o.host}
 	var s *conformSession
 	defer func() {

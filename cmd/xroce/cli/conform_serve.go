@@ -198,19 +198,11 @@ func (s *serveSession) end() {
 // conformServe runs the requester checks: sessions of the tool's client,
 // one QP per check.
 func conformServe(ctx context.Context, e *env, o *conformOptions) error {
-	checks := o.selected()
-	if len(checks) == 0 {
-		return usagef("conform: no check matches -run %q -skip %q", o.run, o.skip)
-	}
-	pl, err := openPuppetLink(o.dev, o.pcap)
+	checks, pl, progress, err := o.start(e)
 	if err != nil {
-		return fmt.Errorf("conform: %w", err)
+		return err
 	}
 	defer pl.Close()
-	progress := e.stdout
-	if o.json {
-		progress = e.stderr
-	}
 	rep := conformReport{Tool: o.tool.name + " (client)", Host: fmt.Sprintf("port %d", o.port)}
 	fmt.Fprintf(progress, "xroce conform: serving %s on port %d on %s, %d checks of its client's requester\n", o.tool.name, o.port, o.dev, len(checks))
 	base := uint32(0x100000 + rand.IntN(0xe00000))
