@@ -67,6 +67,7 @@ const (
 	NeedRdAtomic                  // the peer's responder resources (max_dest_rd_atomic) are known
 	NeedRNRTimer                  // the RNR timer the peer advertises is known
 	NeedLarge                     // a region (for WRITE) or receive (for SEND) of 4 path MTUs
+	NeedUD                        // a UD QP (the other needs are an RC QP's)
 )
 
 // Target is the QP under test, as the out-of-band exchange described it.
@@ -95,10 +96,18 @@ type Target struct {
 	// responder resources (0: unknown).
 	MinRNRTimer     uint8
 	MaxDestRdAtomic int
+
+	// UD: a UD QP, whose Q_Key is QKey; it hosts only the checks that
+	// need NeedUD, and an RC QP none of those.
+	UD   bool
+	QKey uint32
 }
 
 // Has reports whether t meets n.
 func (t *Target) Has(n Need) bool {
+	if t.UD != (n&NeedUD != 0) {
+		return false
+	}
 	for bit := Need(1); bit != 0 && bit <= n; bit <<= 1 {
 		if n&bit == 0 {
 			continue
@@ -125,6 +134,8 @@ func (t *Target) Has(n Need) bool {
 			m = t.MinRNRTimer != 0
 		case NeedLarge:
 			m = t.Allows&OpWrite != 0 && t.Len >= uint32(4*t.MTU) || t.RecvPosted && t.RecvLen >= uint32(4*t.MTU)
+		case NeedUD:
+			m = t.UD
 		}
 		if !m {
 			return false
@@ -259,5 +270,7 @@ type Packet struct {
 	// Atomic operands.
 	SwapAdd, Compare uint64
 	Fault            Fault
-	Repeat           int // sent this many times in a row (0 means once)
+	Repeat           int  // sent this many times in a row (0 means once)
+	CE               bool // the IP header's ECN field says Congestion Experienced (11)
+	BadQKey          bool // UD: a Q_Key other than the target's
 }

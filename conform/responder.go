@@ -27,6 +27,8 @@ const (
 	ruleICRC     = "IBTA v1.4 annex A17 RoCE v2: invariant CRC, bad ones dropped"
 	ruleHeader   = "IBTA v1.4 ch. 9 transport header validation: silent drop"
 	ruleUnknownQ = "IBTA v1.4 ch. 9 transport header validation: unknown QP"
+	ruleCNP      = "IBTA v1.4 annex A17.9 RoCE v2 congestion management: CNP from the notification point"
+	ruleUDQKey   = "IBTA v1.4 ch. 9 datagram service: Q_Key check, a mismatch dropped silently"
 )
 
 // probe is the harmless acknowledged request at PSN offset off.
@@ -325,6 +327,25 @@ var Responder = []Check{
 		},
 	},
 	{
+		Name:     "resp.cnp",
+		Rule:     ruleCNP,
+		Sends:    "a request with AckReq whose IP header says ECN Congestion Experienced (11)",
+		Requires: "it is acknowledged as any other; a notification point answers the mark with a CNP (BTH opcode 0x81) to the requester's QP; a peer that sends none has no notification point, which is optional (SKIP)",
+		Needs:    NeedProbe,
+		Steps:    []Step{{Send: []Packet{{Op: OpProbe, AckReq: true, Payload: B(8), CE: true}}, Judge: judgeCNP}},
+	},
+	{
+		Name:     "resp.ud-qkey",
+		Rule:     ruleUDQKey,
+		Sends:    "a UD SEND with a Q_Key other than the QP's, then the same SEND with the QP's Q_Key (to a pingpong server, which answers each message it receives)",
+		Requires: "the first is dropped without reaching a receive: nothing answers it; the second is received: the server's answer comes",
+		Needs:    NeedUD,
+		Steps: []Step{
+			{Send: []Packet{{Op: bth.UDSendOnly, Payload: B(8), BadQKey: true}}, Judge: udAnswered("a UD SEND with a wrong Q_Key", false)},
+			{Send: []Packet{{Op: bth.UDSendOnly, Payload: B(8)}}, Wait: time.Second, Judge: udAnswered("the same SEND with the QP's Q_Key", true)},
+		},
+	},
+	{
 		Name:     "resp.unknown-qp",
 		Rule:     ruleUnknownQ,
 		Sends:    "a request with AckReq to a QP number that does not exist, then a good request to the QP",
@@ -342,6 +363,54 @@ var Responder = []Check{
 			{Send: []Packet{probe(0)}, Until: 1, Judge: expectAck("a good request", 0)},
 		},
 	},
+}
+
+// judgeCNP judges resp.cnp: the CE-marked request is acknowledged, and a
+// CNP, when the peer sends one, goes to the requester's QP.
+func judgeCNP(x *Ctx) Outcome {
+	a := expectAck("a CE-marked request", 0)(x)
+	if !a.OK {
+		a.Code = "ce-" + a.Code
+		return a
+	}
+	var other []Answer
+	for i := range x.Other {
+		c := &x.Other[i]
+		if c.Opcode() != bth.OpCNP {
+			continue
+		}
+		if c.BTH.DestQP() == x.Self {
+			return ok("%s; a CNP to the requester's QP %#x (BECN %v)", a.Obs, x.Self, c.BTH.BECN())
+		}
+		other = append(other, *c)
+	}
+	if len(other) > 0 {
+		return fail("cnp-qp", "%s; a CNP to QP %#x, not to the requester's %#x", a.Obs, other[0].BTH.DestQP(), x.Self)
+	}
+	return Outcome{Skip: true, Obs: a.Obs + "; no CNP: the peer has no notification point (optional, annex A17.9)"}
+}
+
+// udAnswered wants a UD SEND to the puppet's QP (the pingpong server's
+// answer) during the step, or none (want false).
+func udAnswered(what string, want bool) func(x *Ctx) Outcome {
+	return func(x *Ctx) Outcome {
+		n := 0
+		for i := range x.Other {
+			a := &x.Other[i]
+			if a.Opcode().Transport() == bth.UD && a.Opcode().IsSend() && a.BTH.DestQP() == x.Self {
+				n++
+			}
+		}
+		switch {
+		case want && n == 0:
+			return fail("not-received", "%s drew no answer: it did not reach a receive", what)
+		case !want && n > 0:
+			return fail("received", "%s was answered: it reached a receive", what)
+		case want:
+			return ok("%s answered", what)
+		}
+		return ok("%s: dropped, no answer", what)
+	}
 }
 
 // dropped are the steps of a header check: a probe with the fault, which

@@ -78,14 +78,21 @@ type setup struct {
 	name   string
 	access qp.Access // of the region (the QP allows everything)
 	recvs  int       // receives posted, of recvLen bytes
+	// ud: a UD QP that answers each message it receives with a SEND to
+	// its sender, as ibv_ud_pingpong's server does.
+	ud bool
 }
 
 const recvLen = 4096
 
 var setups = []setup{
-	{"write-read-atomic", qp.AccessRemoteWrite | qp.AccessRemoteRead | qp.AccessRemoteAtomic, 0},
-	{"write-only+recv", qp.AccessRemoteWrite, 8},
+	{"write-read-atomic", qp.AccessRemoteWrite | qp.AccessRemoteRead | qp.AccessRemoteAtomic, 0, false},
+	{"write-only+recv", qp.AccessRemoteWrite, 8, false},
+	{"ud-pingpong", 0, 8, true},
 }
+
+// udQKey is the Q_Key of the ud-pingpong setup (ibv_ud_pingpong's).
+const udQKey = 0x11111111
 
 // sim is a Wire to a qp engine's QP.
 type sim struct {
@@ -99,6 +106,33 @@ type sim struct {
 	target Target
 	state  map[string]int // the wrong responders' memory
 	batch  bool           // Send gives the engine all frames in one Input
+	echo   []qp.WC        // ud: receives to answer
+}
+
+// udEcho is the ud setup's receive CQ: each message received is answered
+// after the engine's round (echoes).
+type udEcho struct{ s *sim }
+
+func (c udEcho) Complete(wc *qp.WC) {
+	if wc.Status == qp.WCSuccess && wc.Opcode == qp.WCRecv {
+		c.s.echo = append(c.s.echo, *wc)
+	}
+}
+
+// echoes answers the ud setup's receives with a SEND to their sender and
+// posts each receive again.
+func (s *sim) echoes() {
+	for _, wc := range s.echo {
+		av := &qp.AddressVector{SrcIP: targetIP, DstIP: puppetIP, SrcMAC: targetMAC, DstMAC: puppetMAC}
+		if err := s.q.PostSend(&qp.SendWR{Opcode: qp.WRSend, SGL: []qp.SGE{{Addr: recvVA, Length: 8, LKey: recvKey}},
+			AV: av, RemoteQPN: wc.SrcQP, RemoteQKey: udQKey}); err != nil {
+			s.t.Fatal(err)
+		}
+		if err := s.q.PostRecv(&qp.RecvWR{ID: wc.ID, SGL: []qp.SGE{{Addr: recvVA + wc.ID*recvLen, Length: recvLen, LKey: recvKey}}}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	s.echo = s.echo[:0]
 }
 
 // emit is where the engine's frames go (its qp.Output is output{s}).
@@ -119,15 +153,27 @@ func newSim(t testing.TB, su setup) *sim {
 		t.Fatal(err)
 	}
 	mem := &region{remote: make([]byte, 16384), access: su.access, local: make([]byte, recvLen*max(su.recvs, 1))}
-	if s.q, err = s.e.CreateQP(qp.Config{Type: qp.RC, QPN: targetQPN, Mem: mem, SendCQ: nullCQ{}, RecvCQ: nullCQ{}}); err != nil {
-		t.Fatal(err)
-	}
-	q := s.q
 	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	if su.ud {
+		s.q, err = s.e.CreateQP(qp.Config{Type: qp.UD, QPN: targetQPN, Mem: mem, SendCQ: nullCQ{}, RecvCQ: udEcho{s}})
+		must(err)
+		must(s.q.Modify(&qp.Attr{State: qp.StateInit, PKey: 0xffff, Port: 1, QKey: udQKey}, qp.AttrState|qp.AttrPKey|qp.AttrPort|qp.AttrQKey))
+		for i := range su.recvs {
+			must(s.q.PostRecv(&qp.RecvWR{ID: uint64(i), SGL: []qp.SGE{{Addr: recvVA + uint64(i*recvLen), Length: recvLen, LKey: recvKey}}}))
+		}
+		must(s.q.Modify(&qp.Attr{State: qp.StateRTR}, qp.AttrState))
+		must(s.q.Modify(&qp.Attr{State: qp.StateRTS, SQPSN: 5000}, qp.AttrState|qp.AttrSQPSN))
+		s.target = Target{QPN: targetQPN, MTU: 1024, UD: true, QKey: udQKey, RecvPosted: true, RecvLen: recvLen}
+		return s
+	}
+	if s.q, err = s.e.CreateQP(qp.Config{Type: qp.RC, QPN: targetQPN, Mem: mem, SendCQ: nullCQ{}, RecvCQ: nullCQ{}}); err != nil {
+		t.Fatal(err)
+	}
+	q := s.q
 	must(q.Modify(&qp.Attr{State: qp.StateInit, PKey: 0xffff, Port: 1,
 		AccessFlags: qp.AccessRemoteWrite | qp.AccessRemoteRead | qp.AccessRemoteAtomic | qp.AccessLocalWrite},
 		qp.AttrState|qp.AttrPKey|qp.AttrPort|qp.AttrAccessFlags))
@@ -171,11 +217,13 @@ func (s *sim) Send(frames [][]byte) error {
 	}
 	if s.batch {
 		s.e.Input(in, s.now)
+		s.echoes()
 		s.e.Poll(s.now)
 		return nil
 	}
 	for _, f := range in {
 		s.e.Input([][]byte{f}, s.now)
+		s.echoes()
 		s.e.Poll(s.now)
 	}
 	return nil
@@ -413,8 +461,44 @@ var wrongs = []wrong{
 			}
 			return one(f)
 		}},
+	{name: "drops CE-marked requests", fails: []string{"resp.cnp"},
+		in: func(s *sim, f []byte) [][]byte {
+			if ceMarked(f) {
+				return nil
+			}
+			return one(f)
+		}},
+	{name: "sends its CNP to another QP", fails: []string{"resp.cnp"}, in: notify(puppetQPN ^ 1)},
+	{name: "takes UD SENDs whatever their Q_Key", fails: []string{"resp.ud-qkey"},
+		in: func(s *sim, f []byte) [][]byte {
+			return one(edit(f, func(fr *bth.Frame, ff *bth.FrameFields) {
+				if fr.DETH != nil {
+					ff.DETH.QKey = udQKey
+				}
+			}))
+		}},
 	{name: "takes frames to any QP", fails: []string{"resp.unknown-qp"},
 		in: func(s *sim, f []byte) [][]byte {
 			return one(edit(f, func(_ *bth.Frame, ff *bth.FrameFields) { ff.BTH.DestQP = targetQPN }))
 		}},
+}
+
+// ceMarked reports whether an IPv4 frame's ECN field says Congestion
+// Experienced.
+func ceMarked(f []byte) bool { return len(f) > 15 && f[15]&3 == 3 }
+
+// notify is a notification point beside the engine: a CE-marked frame
+// draws a CNP to QP qpn (the requester's, for a right one).
+func notify(qpn uint32) func(s *sim, f []byte) [][]byte {
+	return func(s *sim, f []byte) [][]byte {
+		if ceMarked(f) {
+			cnp := edit(f, func(fr *bth.Frame, ff *bth.FrameFields) {
+				ff.SrcMAC, ff.DstMAC, ff.SrcIP, ff.DstIP, ff.TOS = ff.DstMAC, ff.SrcMAC, ff.DstIP, ff.SrcIP, 0
+				ff.BTH = bth.BTHFields{Opcode: bth.OpCNP, PKey: 0xffff, BECN: true, DestQP: qpn}
+				fr.Payload = nil
+			})
+			s.out = append(s.out, Frame{At: s.now + 5*time.Microsecond, Data: cnp})
+		}
+		return one(f)
+	}
 }

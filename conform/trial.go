@@ -191,17 +191,32 @@ func NewTrial(c *Check, t *Target, fr Framer, self uint32) *Trial {
 	if t.MTU == 0 {
 		t.MTU = 1024
 	}
-	if !t.Has(c.Needs) {
+	switch {
+	case c.IsRequester():
+		tr.finish(Skip, "a requester check: it runs against the peer's requester (Server.Run)", "")
+	case t.UD && c.Needs&NeedUD == 0:
+		tr.finish(Skip, "the QP under test is a UD QP, the check is about RC", "")
+	case !t.UD && c.Needs&NeedUD != 0:
+		tr.finish(Skip, "the QP under test is not a UD QP", "")
+	case !t.Has(c.Needs):
 		tr.finish(Skip, "the QP under test cannot host it: "+needText(c.Needs&^t.needsMet()), "")
 	}
 	return tr
+}
+
+// udNeed is NeedUD for a UD target.
+func (t *Target) udNeed() Need {
+	if t.UD {
+		return NeedUD
+	}
+	return 0
 }
 
 // needsMet returns the needs t meets, one bit at a time.
 func (t *Target) needsMet() Need {
 	var n Need
 	for bit := Need(1); bit != 0 && bit <= NeedLarge; bit <<= 1 {
-		if t.Has(bit) {
+		if t.Has(bit | t.udNeed()) {
 			n |= bit
 		}
 	}
@@ -248,7 +263,7 @@ func (tr *Trial) Poll(now time.Duration) (send [][]byte, next time.Duration) {
 			break
 		}
 		s := &tr.c.Steps[tr.step]
-		if !tr.t.Has(s.Needs) {
+		if !tr.t.Has(s.Needs | tr.t.udNeed()) {
 			tr.step++
 			continue
 		}
@@ -317,6 +332,10 @@ func (tr *Trial) Input(frame []byte, now time.Duration) {
 		tr.x.Other = append(tr.x.Other, a)
 	}
 }
+
+// ecnCE is the IP ECN codepoint Congestion Experienced (RFC 3168), the
+// low two bits of the IPv4 TOS or IPv6 traffic class.
+const ecnCE = 0x03
 
 // pattern fills b with bytes that depend on their position.
 func pattern(b []byte) {
@@ -402,7 +421,15 @@ func (tr *Trial) build(p *Packet) [][]byte {
 		if ff.BTH.PKey == 0 {
 			ff.BTH.PKey = 0xffff
 		}
+		if p.CE {
+			ff.TOS = ecnCE
+		}
 		switch {
+		case s.op.Headers().Has(bth.ExtDETH):
+			ff.DETH = bth.DETHFields{QKey: t.QKey, SrcQP: tr.self}
+			if p.BadQKey {
+				ff.DETH.QKey ^= 0x5a5a5a5a
+			}
 		case s.op.Headers().Has(bth.ExtRETH):
 			ff.RETH = bth.RETHFields{VA: va, RKey: rkey, DMALen: uint32(dma)}
 		case s.op.Headers().Has(bth.ExtAtomicETH):

@@ -1654,10 +1654,13 @@ mode_conform() {
 		--via ib_atomic_bw -q 4 -run atomic 198.18.1.2
 	conform_row conform.via.send_bw "$to" "$to" conn ib_send_bw -d rxetap -x 1 -F -q 4 -n 1000000 -- \
 		--via ib_send_bw -q 4 198.18.1.2
-	# ibv_rc_pingpong closes its TCP connection after the exchange, and its
-	# server waits for ever once a check has had its QP: 8 s a run.
+	# ibv_rc_pingpong and ibv_ud_pingpong (the UD checks) close their TCP
+	# connection after the exchange, and their server waits for ever once a
+	# check has had its QP: 8 s a run.
 	conform_row conform.via.rc_pingpong "$to" 8 none ibv_rc_pingpong -d rxetap -g 1 -n 1000000 -- \
 		--via ibv_rc_pingpong 198.18.1.2
+	conform_row conform.via.ud_pingpong "$to" 8 none ibv_ud_pingpong -d rxetap -g 1 -n 1000000 -- \
+		--via ibv_ud_pingpong -run 'ud-' 198.18.1.2
 	# rxe's requester: xroce conform --serve as the tool's server, the
 	# tool's client in the guest (20 s runs; xroce ends a run it has no
 	# more use for with a NAK on each QP).

@@ -53,6 +53,9 @@ func TestPuppetConform(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range conform.Checks() {
+		if c.IsRequester() {
+			continue // the peer as requester: conform's Server, TestConformServe
+		}
 		t.Run(c.Name, func(t *testing.T) {
 			q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
 			if err != nil {

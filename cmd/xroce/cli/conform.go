@@ -31,7 +31,7 @@ Vol. 1 r1.4 ch. 9, annex A17), from an AF_PACKET socket on -d.
 
 Its responder (--via TOOL HOST): the device runs an ordinary tool as a
 server at HOST (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw of
-perftest 4.5, or ibv_rc_pingpong); xroce connects as its client, gets the
+perftest 4.5, ibv_rc_pingpong or ibv_ud_pingpong); xroce connects as its client, gets the
 server's QPs from the tool's TCP exchange, and drives them with a puppet
 QP that sends exactly the packets each check is about.
 
@@ -68,7 +68,11 @@ type conformTool struct {
 	// server (it polls its receive CQ and exits on the flushed
 	// receives), so each fatal check needs a session of its own.
 	errKills bool
+	ud       bool // its QP is UD (Q_Key udPingpongQKey)
 }
+
+// udPingpongQKey is the Q_Key of ibv_ud_pingpong's QPs.
+const udPingpongQKey = 0x11111111
 
 var conformTools = []conformTool{
 	{name: "ib_write_bw", verb: perftest.Write, perftest: true, allows: conform.OpWrite, size: 65536},
@@ -76,6 +80,7 @@ var conformTools = []conformTool{
 	{name: "ib_atomic_bw", verb: perftest.Atomic, perftest: true, allows: conform.OpAtomic, size: 4096}, // the region is a page (perftest's cycle buffer)
 	{name: "ib_send_bw", verb: perftest.Send, perftest: true, recv: true, size: 65536, errKills: true},
 	{name: "ibv_rc_pingpong", recv: true, size: 4096, errKills: true},
+	{name: "ibv_ud_pingpong", recv: true, size: 2048, ud: true},
 }
 
 type conformOptions struct {
@@ -104,7 +109,7 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "conform", "-d IF {--via TOOL HOST | --serve TOOL} [-q N] [-run RE] [-skip RE] [-v] [-json] [-junit FILE] [-pcap FILE]",
 		conformAbout, conformExamples)
 	fs.StringVar(&o.dev, "d", "", "the network `interface` towards HOST")
-	fs.StringVar(&o.via, "via", "", "the `tool` the device under test runs as a server: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong")
+	fs.StringVar(&o.via, "via", "", "the `tool` the device under test runs as a server: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong, ibv_ud_pingpong")
 	fs.StringVar(&o.serve, "serve", "", "serve as the `tool`'s server for its client on the device under test, and check its requester: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw")
 	fs.IntVar(&o.peerTimeout, "peer-timeout", 14, "--serve: the client's local ACK timeout `code` (perftest -u; 4.096 µs × 2^code; 0: unknown)")
 	fs.IntVar(&o.peerRetry, "peer-retry", 7, "--serve: the client's retry `count` (perftest sets 7; -1: unknown)")
@@ -298,7 +303,11 @@ func (s *conformSession) target() (t conform.Target, self uint32, ok bool) {
 
 // template is the target every QP of the tool is, but for its numbers.
 func (o *conformOptions) template() conform.Target {
-	t := conform.Target{MTU: o.mtu, Allows: o.grantOps, Denies: o.denyOps, RecvPosted: o.tool.recv, MinRNRTimer: 12, MaxDestRdAtomic: 1}
+	t := conform.Target{MTU: o.mtu, Allows: o.grantOps, Denies: o.denyOps, RecvPosted: o.tool.recv, MinRNRTimer: 12, MaxDestRdAtomic: 1,
+		UD: o.tool.ud}
+	if t.UD {
+		t.QKey = udPingpongQKey
+	}
 	if o.tool.recv {
 		t.RecvLen = uint32(o.size)
 	} else {

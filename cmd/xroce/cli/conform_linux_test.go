@@ -121,6 +121,7 @@ func TestConformSendTools(t *testing.T) {
 		{"ib_send_bw", "dup-reack|msn|send-too-long", []string{"perf", "send_bw", "-q", "4", "-s", "4096", "-n", "1000000", "-timeout", "20s", "-stat-dir", ""}},
 		// One QP per run of the server: one check here.
 		{"ibv_rc_pingpong", "msn", []string{"pingpong", "-g", "1", "-n", "1000000"}},
+		{"ibv_ud_pingpong", "ud-qkey", []string{"pingpong", "--ud", "-g", "1", "-s", "1000", "-n", "1000000"}},
 	} {
 		t.Run(tc.via, func(t *testing.T) {
 			port := 18720 + i
