@@ -468,7 +468,7 @@ var wrongs = []wrong{
 			}
 			return one(f)
 		}},
-	{name: "sends its CNP to another QP", fails: []string{"resp.cnp"}, in: notify(puppetQPN ^ 1)},
+	{name: "sends its CNP to another QP", fails: []string{"resp.cnp"}, out: cnpTo(puppetQPN ^ 1)},
 	{name: "takes UD SENDs whatever their Q_Key", fails: []string{"resp.ud-qkey"},
 		in: func(s *sim, f []byte) [][]byte {
 			return one(edit(f, func(fr *bth.Frame, ff *bth.FrameFields) {
@@ -487,18 +487,17 @@ var wrongs = []wrong{
 // Experienced.
 func ceMarked(f []byte) bool { return len(f) > 15 && f[15]&3 == 3 }
 
-// notify is a notification point beside the engine: a CE-marked frame
-// draws a CNP to QP qpn (the requester's, for a right one).
-func notify(qpn uint32) func(s *sim, f []byte) [][]byte {
+// cnpTo sends the engine's CNPs to QP qpn instead (nil, a negative
+// qpn: drops them, as a responder without a notification point).
+func cnpTo(qpn int64) func(s *sim, f []byte) [][]byte {
 	return func(s *sim, f []byte) [][]byte {
-		if ceMarked(f) {
-			cnp := edit(f, func(fr *bth.Frame, ff *bth.FrameFields) {
-				ff.SrcMAC, ff.DstMAC, ff.SrcIP, ff.DstIP, ff.TOS = ff.DstMAC, ff.SrcMAC, ff.DstIP, ff.SrcIP, 0
-				ff.BTH = bth.BTHFields{Opcode: bth.OpCNP, PKey: 0xffff, BECN: true, DestQP: qpn}
-				fr.Payload = nil
-			})
-			s.out = append(s.out, Frame{At: s.now + 5*time.Microsecond, Data: cnp})
+		var fr bth.Frame
+		if fr.Decode(f) != nil || fr.Opcode() != bth.OpCNP {
+			return one(f)
 		}
-		return one(f)
+		if qpn < 0 {
+			return nil
+		}
+		return one(edit(f, func(_ *bth.Frame, ff *bth.FrameFields) { ff.BTH.DestQP = uint32(qpn) }))
 	}
 }
