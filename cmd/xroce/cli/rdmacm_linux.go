@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,12 +35,14 @@ import (
 var cmPeerTimeout = 30 * time.Second
 
 // testHookListen, when set, is called once a tool listens: tests start
-// the client then.
-var testHookListen func()
+// the client then. Atomic, since a test may signal from a goroutine of its
+// own while another part of it sets the hook.
+var testHookListen atomic.Pointer[func()]
 
+// listening tells the test hook, if any, that a tool listens.
 func listening() {
-	if testHookListen != nil {
-		testHookListen()
+	if h := testHookListen.Load(); h != nil {
+		(*h)()
 	}
 }
 
