@@ -31,9 +31,10 @@ Vol. 1 r1.4 ch. 9, annex A17), from an AF_PACKET socket on -d.
 
 Its responder (--via TOOL HOST): the device runs an ordinary tool as a
 server at HOST (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw of
-perftest 4.5, ibv_rc_pingpong or ibv_ud_pingpong); xroce connects as its client, gets the
-server's QPs from the tool's TCP exchange, and drives them with a puppet
-QP that sends exactly the packets each check is about.
+perftest 4.5, ibv_rc_pingpong, ibv_ud_pingpong, or rping -P over RDMA CM); xroce
+connects as its client, gets the server's QPs from the tool's TCP exchange
+(rping: the REQ and the REP), and drives them with a puppet QP that sends
+exactly the packets each check is about.
 
 Its requester (--serve TOOL): xroce listens as the tool's server on -p
 and the device runs the tool's client against it; xroce's responder
@@ -48,6 +49,7 @@ const conformExamples = `
   ib_write_bw -d rxe0 -x 1 -F -q 24 -n 1000000          # on the device under test, 198.18.1.2
   xroce conform -d tap0 --via ib_write_bw -q 24 198.18.1.2
   xroce conform -d tap0 --via ib_write_bw -q 24 -run 'dup|psn' -v 198.18.1.2
+  xroce conform -d tap0 --via rping 198.18.1.2          # rping -s -P -a 198.18.1.2 on the device
   xroce conform -d tap0 --serve ib_send_bw -q 8 -s 64   # then, on the device: ib_send_bw -d rxe0 -x 1 -F -q 8 -s 64 -D 30 198.18.1.1
   xroce conform -list`
 
@@ -69,6 +71,9 @@ type conformTool struct {
 	// receives), so each fatal check needs a session of its own.
 	errKills bool
 	ud       bool // its QP is UD (Q_Key udPingpongQKey)
+	// rdmacm: the server is reached over RDMA CM, not TCP (rping): one
+	// connection, and so one QP, per check.
+	rdmacm bool
 }
 
 // udPingpongQKey is the Q_Key of ibv_ud_pingpong's QPs.
@@ -81,6 +86,10 @@ var conformTools = []conformTool{
 	{name: "ib_send_bw", verb: perftest.Send, perftest: true, recv: true, size: 65536, errKills: true},
 	{name: "ibv_rc_pingpong", recv: true, size: 4096, errKills: true},
 	{name: "ibv_ud_pingpong", recv: true, size: 2048, ud: true},
+	// rping -s -P: a receive of its 16-byte info message posted, no
+	// region it names (its -S buffer is READ and WRITE enabled, but its
+	// key never leaves the server).
+	{name: "rping", recv: true, size: rpingInfoSize, rdmacm: true},
 }
 
 type conformOptions struct {
@@ -109,12 +118,12 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "conform", "-d IF {--via TOOL HOST | --serve TOOL} [-q N] [-run RE] [-skip RE] [-v] [-json] [-junit FILE] [-pcap FILE]",
 		conformAbout, conformExamples)
 	fs.StringVar(&o.dev, "d", "", "the network `interface` towards HOST")
-	fs.StringVar(&o.via, "via", "", "the `tool` the device under test runs as a server: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong, ibv_ud_pingpong")
+	fs.StringVar(&o.via, "via", "", "the `tool` the device under test runs as a server: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong, ibv_ud_pingpong, rping")
 	fs.StringVar(&o.serve, "serve", "", "serve as the `tool`'s server for its client on the device under test, and check its requester: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw")
 	fs.IntVar(&o.peerTimeout, "peer-timeout", 14, "--serve: the client's local ACK timeout `code` (perftest -u; 4.096 µs × 2^code; 0: unknown)")
 	fs.IntVar(&o.peerRetry, "peer-retry", 7, "--serve: the client's retry `count` (perftest sets 7; -1: unknown)")
 	fs.DurationVar(&o.linger, "linger", 30*time.Second, "--serve: how long the client may take to end its run after the checks (perftest -D)")
-	fs.IntVar(&o.port, "p", 18515, "the tool's TCP `port`")
+	fs.IntVar(&o.port, "p", 0, "the tool's TCP (rping: RDMA CM) `port` (0: the tool's, 18515, rping 7174)")
 	fs.IntVar(&o.qps, "q", 1, "QPs the perftest server has (its -q): `N` checks per connection")
 	fs.IntVar(&o.size, "s", 0, "the server's message `size` (its -s): the region or receive length (0: the tool's default)")
 	fs.IntVar(&o.mtu, "m", 1024, "path MTU in `bytes` for ibv_rc_pingpong (its -m); perftest negotiates it")
@@ -170,11 +179,21 @@ func (o *conformOptions) check(pos []string) error {
 	if !o.tool.perftest {
 		o.qps = 1
 	}
+	if o.tool.rdmacm {
+		// rping's receives are its info message, whatever its -S.
+		o.size = rpingInfoSize
+		if o.port == 0 {
+			o.port = rpingPort
+		}
+	}
 	return o.checkCommon()
 }
 
 // checkCommon checks and completes the options both roles share.
 func (o *conformOptions) checkCommon() error {
+	if o.port == 0 {
+		o.port = 18515
+	}
 	if o.size == 0 {
 		o.size = o.tool.size
 	}
@@ -490,6 +509,9 @@ func conformRun(ctx context.Context, e *env, o *conformOptions) error {
 		}
 	}()
 	base := uint32(0x100000 + rand.IntN(0xe00000))
+	if o.tool.rdmacm {
+		return conformRunCM(ctx, e, o, checks, pl, progress, &rep, base)
+	}
 	sessions := 0
 	for i, c := range checks {
 		if ctx.Err() != nil {

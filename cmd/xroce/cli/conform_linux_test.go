@@ -288,3 +288,46 @@ func TestConformRxeProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestConformRping runs the responder checks against xroce's rping -s -P
+// over RDMA CM: the puppet connects its QP itself (REQ, REP, RTU), a
+// connection per check. rping's server offers its 16-byte receive and no
+// region it names, so the check about receives runs and passes, and the
+// others are SKIPped without a connection.
+func TestConformRping(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	sc, stop := startServer(t, p.B, listenHook(t), "rping", "-s", "-P", "-a", p.B.IP.String(), "-p", "7190")
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	defer cancel()
+	rc := <-runIn(ctx, p.A, "conform", "-d", p.A.Ifname, "--via", "rping", "-p", "7190", "-json", p.B.IP.String())
+	stop()
+	<-sc
+	if rc.err != nil {
+		t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.err, rc.stdout, rc.stderr)
+	}
+	var rep conformReport
+	if err := json.Unmarshal([]byte(rc.stdout), &rep); err != nil {
+		t.Fatalf("-json output: %v\n%s", err, rc.stdout)
+	}
+	t.Logf("progress:\n%s", rc.stderr)
+	got := map[string]conform.Verdict{}
+	for _, r := range rep.Results {
+		t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)
+		got[r.Name] = r.Verdict
+	}
+	for name, want := range map[string]conform.Verdict{
+		"resp.send-too-long": conform.Pass, // a 17-byte SEND into the 16-byte receive
+		"resp.psn-gap":       conform.Skip, // no WRITE region, a receive too short to probe with
+		"resp.dup-read":      conform.Skip,
+		"resp.ud-qkey":       conform.Skip,
+	} {
+		if got[name] != want {
+			t.Errorf("%s: %v, want %v", name, got[name], want)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Verdict == conform.Fail {
+			t.Errorf("%s: FAIL against xroce's rping: %s", r.Name, r.Observed)
+		}
+	}
+}
