@@ -5,8 +5,8 @@ package cli
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
