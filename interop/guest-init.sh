@@ -1661,6 +1661,11 @@ mode_conform() {
 		--via ibv_rc_pingpong 198.18.1.2
 	conform_row conform.via.ud_pingpong "$to" 8 none ibv_ud_pingpong -d rxetap -g 1 -n 1000000 -- \
 		--via ibv_ud_pingpong -run 'ud-' 198.18.1.2
+	# rping -P over RDMA CM: the puppet connects its own QP (REQ, REP,
+	# RTU); the server names no region, so only its 16-byte receive is
+	# checked.
+	conform_row conform.via.rping "$to" "$to" none rping -s -P -a 198.18.1.2 -- \
+		--via rping -run 'send-too-long' 198.18.1.2
 	# rxe's requester: xroce conform --serve as the tool's server, the
 	# tool's client in the guest (20 s runs; xroce ends a run it has no
 	# more use for with a NAK on each QP).
