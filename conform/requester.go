@@ -1,6 +1,7 @@
 package conform
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/xroce/xroce/bth"
@@ -17,6 +18,28 @@ const (
 	ruleReqImplied  = "IBTA v1.4 §9.7 requester: implied NAK (a response past an unanswered READ)"
 	ruleReqReadSeq  = "IBTA v1.4 §9.7 requester: READ responses in PSN sequence"
 	ruleReqRetry    = "IBTA v1.4 §9.7 requester: retry count exhausted, error"
+	ruleReqCNP      = "IBTA v1.4 annex A17.9 reaction point: a CNP to the requester's QP lowers its injection rate"
+)
+
+// The CNPs of req.cnp: one every cnpCheckEvery for cnpCheckFor, after a
+// baseline of cnpCheckBase. A DCQCN reaction point (ConnectX's, package
+// qp's) allocates its limiter at the line rate on the first CNP, with α
+// near 1, and cuts the rate by α/2 on each later one; α decays within a
+// few hundred microseconds without CNPs, and each cut restarts the
+// increase timer (300 µs). So CNPs further apart than a millisecond
+// barely cut, while one every 100 µs cuts by a third soon after the
+// first and by about half a percent each after that, with no timer
+// increase in between: within a hundred milliseconds the rate is a small
+// fraction of the line rate, and the requester's rate falls once that is
+// below what it sent. Notification points send up to one CNP per few
+// microseconds per QP (ConnectX's min_time_between_cnps, 4 µs).
+const (
+	cnpCheckEvery = 100 * time.Microsecond
+	cnpCheckFor   = time.Second
+	cnpCheckBase  = 500 * time.Millisecond
+	// cnpCheckMinReqs is the fewest requests a window must hold for its
+	// rate to count.
+	cnpCheckMinReqs = 20
 )
 
 // rnrCheckTimer is the RNR timer code req.rnr-timer sends: 20.48 ms, long
@@ -113,6 +136,57 @@ var Requester = []Check{
 		Known: []Deviation{{Code: "retry-7-forever", Impl: "rxe (Linux), xroce (package qp, as rxe)",
 			Note: "retry_cnt 7 is taken as \"retry forever\", the meaning IBTA gives 7 only for the RNR retry count; perftest and ibv_rc_pingpong set 7"}},
 	},
+	{
+		Name:     "req.cnp",
+		Rule:     ruleReqCNP,
+		Sends:    "every answer as usual for 0.5 s, then also a CNP to its QP every 100 µs for 1 s (nothing was marked CE)",
+		Requires: "its rate of new request packets in the last half second of CNPs is below half its rate before them; a rate that does not fall means no reaction point (SKIP, as resp.cnp for a missing notification point); then it goes on",
+		Serve: []Phase{
+			{Do: ActPass, Wait: cnpCheckBase, Judge: judgeRateBefore},
+			{Do: ActCNP, Every: cnpCheckEvery, Wait: cnpCheckFor, Judge: judgeCNPRate},
+			goesOn(),
+		},
+	},
+}
+
+// reqRate returns the requester's new request packets per second in the
+// phase from t to its end, and how many there were.
+func reqRate(x *Ctx, t time.Duration) (float64, int) {
+	n := 0
+	for i := range x.Reqs {
+		if r := &x.Reqs[i]; r.New && r.At >= t {
+			n++
+		}
+	}
+	d := x.End - t
+	if d <= 0 {
+		return 0, n
+	}
+	return float64(n) / d.Seconds(), n
+}
+
+// judgeRateBefore measures req.cnp's baseline: the whole phase's rate.
+func judgeRateBefore(x *Ctx) Outcome {
+	rate, n := reqRate(x, x.Start)
+	if n < cnpCheckMinReqs {
+		return Outcome{Skip: true, Obs: fmt.Sprintf("the requester sent %d new requests in %v: too few to measure its rate", n, (x.End - x.Start).Round(time.Millisecond))}
+	}
+	x.Vars["cnp.base"] = uint64(rate)
+	return Outcome{OK: true}
+}
+
+// judgeCNPRate compares the rate in the last half of the CNPs with the
+// baseline.
+func judgeCNPRate(x *Ctx) Outcome {
+	if !x.Marked {
+		return Outcome{Skip: true, Obs: "no answer reached the requester to address a CNP with"}
+	}
+	base := float64(x.Vars["cnp.base"])
+	rate, _ := reqRate(x, x.Start+(x.End-x.Start)/2)
+	if rate < base/2 {
+		return ok("a CNP every %v: its request rate fell from %.0f to %.0f packets/s", cnpCheckEvery, base, rate)
+	}
+	return Outcome{Skip: true, Obs: fmt.Sprintf("no reaction point: a CNP every %v, its request rate %.0f packets/s before and %.0f during", cnpCheckEvery, base, rate)}
 }
 
 // goesOn is the phase after a tampering one: answers pass, and the

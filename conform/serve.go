@@ -162,14 +162,21 @@ const (
 	// a PSN it never sent (a ghost). Marked when they go out; MarkPSN is
 	// the ghost's.
 	ActGhost
+	// ActCNP lets every answer through and sends the requester's QP a
+	// CNP (IBTA annex A17.9: BTH opcode 0x81, BECN set, P_Key 0xFFFF, 16
+	// reserved zero bytes) every Phase.Every, from the phase's first
+	// answer on: the notification a congested path would draw, though
+	// nothing was marked. Marked when the first CNP goes out.
+	ActCNP
 )
 
 // Phase is a stretch of a requester check: what is done to the traffic
 // (Act), how long it lasts, and the judge of what the requester did.
 type Phase struct {
 	Do       Act
-	Count    int   // ActCoalesce: the ACKs the one that goes through stands for
-	RNRTimer uint8 // ActRNR: the timer code of the RNR NAK
+	Count    int           // ActCoalesce: the ACKs the one that goes through stands for
+	RNRTimer uint8         // ActRNR: the timer code of the RNR NAK
+	Every    time.Duration // ActCNP: the interval between CNPs
 	// Wait bounds the phase (0: DefaultServeWait); Timeouts, when set,
 	// raises it to that many of the peer's ACK timeouts. Until ends the
 	// phase as soon as it reports true; After, once the act is marked,
@@ -305,8 +312,10 @@ type ServeTrial struct {
 type actState struct {
 	target, targetLast bth.PSN // the request the act is about
 	targetSet          bool
-	released           bool // the requester asked for it again
-	count              int  // ActCoalesce: ACKs seen
+	released           bool          // the requester asked for it again
+	count              int           // ActCoalesce: ACKs seen
+	cnpAt              time.Duration // ActCNP: when the next CNP is due (0: none sent yet)
+	cnps               int           // ActCNP: CNPs sent
 }
 
 // NewServeTrial prepares requester check c against p, whose traffic so
@@ -335,8 +344,12 @@ func (tr *ServeTrial) Poll(now time.Duration) time.Duration {
 				end = min(end, tr.x.Mark+a)
 			}
 			if now < end && (ph.Until == nil || !ph.Until(&tr.x)) {
+				if ph.Do == ActCNP && tr.st.cnpAt > 0 {
+					return min(end, tr.st.cnpAt)
+				}
 				return end
 			}
+			tr.x.End = now
 			tr.judge(ph)
 			continue
 		}
@@ -490,6 +503,60 @@ func (tr *ServeTrial) ToPeer(frame []byte, now time.Duration) [][]byte {
 		return hold()
 	}
 	return tr.pass(frame, now)
+}
+
+// EmitCNPs returns the frames the running phase adds on its own at now:
+// under ActCNP, a CNP to the requester's QP when one is due (the first
+// once an answer reached the requester: it copies the addresses of the
+// last ACK, or of the phase's last answer). Poll
+// says when the next is due.
+func (tr *ServeTrial) EmitCNPs(now time.Duration) [][]byte {
+	if !tr.in || tr.done {
+		return nil
+	}
+	ph := &tr.c.Serve[tr.phase]
+	st := &tr.st
+	if ph.Do != ActCNP || st.cnpAt > 0 && now < st.cnpAt {
+		return nil
+	}
+	tmpl := tr.fl.tmpl // the last ACK, or for READs the last response
+	if n := len(tr.x.Passed); tmpl == nil && n > 0 {
+		tmpl = tr.x.Passed[n-1].Raw
+	}
+	if tmpl == nil {
+		return nil
+	}
+	cnp := cnpFrom(tmpl)
+	if cnp == nil {
+		return nil
+	}
+	every := max(ph.Every, time.Microsecond)
+	if st.cnpAt == 0 || now-st.cnpAt > every {
+		st.cnpAt = now // late (the loop was busy): no burst to catch up
+	}
+	st.cnpAt += every
+	st.cnps++
+	tr.mark(now, 0)
+	tr.frames = append(tr.frames, Frame{At: now, Sent: true, Data: cnp})
+	return [][]byte{cnp}
+}
+
+// cnpFrom builds a CNP with the addresses of tmpl (an answer to the
+// requester) to its destination QP.
+func cnpFrom(tmpl []byte) []byte {
+	var f bth.Frame
+	if f.Decode(tmpl) != nil {
+		return nil
+	}
+	var ff bth.FrameFields
+	f.Fields(&ff)
+	ff.BTH = bth.CNPFields(0xffff, f.BTH.DestQP())
+	buf := make([]byte, ff.FrameLen(0))
+	n, err := bth.Build(buf, &ff, nil)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
 }
 
 // pass lets an answer through: recorded, and noted in the flow.

@@ -2,6 +2,7 @@ package conform
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,7 +116,7 @@ func newServeSim(t testing.TB, su reqSetup, w wrongReq) (*Server, *reqSim) {
 	if err := srv.AddQP(c); err != nil {
 		t.Fatal(err)
 	}
-	if s.e, err = qp.NewEngine(qp.EngineConfig{Out: reqOut{s}, LocalIPs: []netip.Addr{targetIP}}); err != nil {
+	if s.e, err = qp.NewEngine(qp.EngineConfig{Out: reqOut{s}, LocalIPs: []netip.Addr{targetIP}, CC: w.cc}); err != nil {
 		t.Fatal(err)
 	}
 	s.local = make([]byte, 1<<16)
@@ -238,6 +239,7 @@ type wrongReq struct {
 	name    string
 	in, out func(s *reqSim, f []byte) [][]byte
 	timeout uint8 // its ACK timeout code, when not the 14 the check is told
+	cc      qp.CCConfig
 	fails   []string
 }
 
@@ -303,6 +305,19 @@ var wrongReqs = []wrongReq{
 				return nil
 			}
 			s.state["exp"] = int(psn.Add(1))
+			return one(f)
+		}},
+	{name: "stops for good on a CNP", fails: []string{"req.cnp"},
+		in: func(s *reqSim, f []byte) [][]byte {
+			if fr, ok := decoded(f); ok && fr.Opcode() == bth.OpCNP {
+				s.state["cnp"] = 1
+			}
+			return one(f)
+		},
+		out: func(s *reqSim, f []byte) [][]byte {
+			if fr, ok := decoded(f); ok && fr.Opcode().IsRequest() && s.state["cnp"] == 1 {
+				return nil
+			}
 			return one(f)
 		}},
 	{name: "resends each request at most twice", fails: []string{"req.retry-exhausted"},
@@ -383,5 +398,21 @@ func TestConformWrongRequesters(t *testing.T) {
 		if c.IsRequester() && !broken[c.Name] {
 			t.Errorf("no wrong requester makes %s fail", c.Name)
 		}
+	}
+}
+
+// TestConformReqCNPNoReactionPoint: a requester that ignores CNPs (qp
+// with its reaction point off, as rxe has none) keeps its rate, and
+// req.cnp says it has no reaction point (SKIP), as resp.cnp does for a
+// responder without a notification point.
+func TestConformReqCNPNoReactionPoint(t *testing.T) {
+	c := find("req.cnp")
+	r, s := runServe(t, c, reqSetups[0], wrongReq{cc: qp.CCConfig{NoDCQCN: true}})
+	t.Logf("%v: %s", r.Verdict, r.Observed)
+	if r.Verdict != Skip || !strings.Contains(r.Observed, "no reaction point") {
+		t.Errorf("req.cnp against a requester without a reaction point: %v: %s, want SKIP (no reaction point)", r.Verdict, r.Observed)
+	}
+	if st := s.e.Stats(); st.RxCNP.Load() < 100 {
+		t.Errorf("the requester got %d CNPs, want one a millisecond for a second", st.RxCNP.Load())
 	}
 }

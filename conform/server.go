@@ -174,13 +174,23 @@ func (s *Server) Run(c *Check, qpn uint32) Result {
 	}
 	s.trial, s.tq = tr, sq
 	defer func() { s.trial, s.tq = nil, nil }()
+	var serr error
 	err := s.loop(limit, func(now time.Duration) time.Duration {
 		next := tr.Poll(now)
 		if tr.Done() {
 			return -1
 		}
+		if out := tr.EmitCNPs(now); len(out) > 0 {
+			if serr = s.w.Send(out); serr != nil {
+				return -1
+			}
+			next = min(next, tr.Poll(now))
+		}
 		return next
 	})
+	if err == nil {
+		err = serr
+	}
 	r := tr.Result()
 	switch {
 	case err != nil:

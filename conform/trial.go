@@ -85,6 +85,7 @@ type Ctx struct {
 	// (Next, valid when Seen), the oldest PSN not acknowledged to the
 	// requester (Acked), and when the last answer reached it (LastAnswer).
 	Start      time.Duration
+	End        time.Duration // when the phase ended (set for its judge)
 	Next       bth.PSN
 	Acked      bth.PSN
 	Seen       bool
