@@ -34,7 +34,7 @@ const (
 // below what it sent. Notification points send up to one CNP per few
 // microseconds per QP (ConnectX's min_time_between_cnps, 4 µs).
 const (
-	cnpCheckEvery = 100 * time.Microsecond
+	cnpCheckEvery = 20 * time.Microsecond
 	cnpCheckFor   = time.Second
 	cnpCheckBase  = 500 * time.Millisecond
 	// cnpCheckMinReqs is the fewest requests a window must hold for its
@@ -184,9 +184,10 @@ func judgeCNPRate(x *Ctx) Outcome {
 	base := float64(x.Vars["cnp.base"])
 	rate, _ := reqRate(x, x.Start+(x.End-x.Start)/2)
 	if rate < base/2 {
-		return ok("a CNP every %v: its request rate fell from %.0f to %.0f packets/s", cnpCheckEvery, base, rate)
+		return ok("%d CNPs in %v: its request rate fell from %.0f to %.0f packets/s", x.Vars["cnps"], (x.End - x.Start).Round(time.Millisecond), base, rate)
 	}
-	return Outcome{Skip: true, Obs: fmt.Sprintf("no reaction point: a CNP every %v, its request rate %.0f packets/s before and %.0f during", cnpCheckEvery, base, rate)}
+	return Outcome{Skip: true, Obs: fmt.Sprintf("no reaction point: %d CNPs in %v, its request rate %.0f packets/s before and %.0f during",
+		x.Vars["cnps"], (x.End - x.Start).Round(time.Millisecond), base, rate)}
 }
 
 // goesOn is the phase after a tampering one: answers pass, and the

@@ -315,7 +315,6 @@ type actState struct {
 	released           bool          // the requester asked for it again
 	count              int           // ActCoalesce: ACKs seen
 	cnpAt              time.Duration // ActCNP: when the next CNP is due (0: none sent yet)
-	cnps               int           // ActCNP: CNPs sent
 }
 
 // NewServeTrial prepares requester check c against p, whose traffic so
@@ -535,7 +534,7 @@ func (tr *ServeTrial) EmitCNPs(now time.Duration) [][]byte {
 		st.cnpAt = now // late (the loop was busy): no burst to catch up
 	}
 	st.cnpAt += every
-	st.cnps++
+	tr.x.Vars["cnps"]++
 	tr.mark(now, 0)
 	tr.frames = append(tr.frames, Frame{At: now, Sent: true, Data: cnp})
 	return [][]byte{cnp}

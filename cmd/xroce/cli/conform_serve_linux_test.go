@@ -74,3 +74,50 @@ func TestConformServe(t *testing.T) {
 		})
 	}
 }
+
+// TestConformServeCNP runs req.cnp against xroce perf write_bw's client,
+// whose qp has DCQCN: its rate falls (PASS). One QP: with eight, the
+// puppet's loop shares its rounds among them, its CNPs come less
+// steadily, and DCQCN's increase timer (300 µs without a cut) gives back
+// much of each cut. A requester without a reaction point (SKIP) is
+// TestConformReqCNPNoReactionPoint's, in package conform.
+func TestConformServeCNP(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	for i, tc := range []struct {
+		name      string
+		size, mtu int
+		want      conform.Verdict
+	}{
+		{"write-1k", 1024, 1024, conform.Pass},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := 18750 + i
+			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+			defer cancel()
+			srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", fmt.Sprint(tc.size), "-m", fmt.Sprint(tc.mtu),
+				"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}
+			sc := runIn(ctx, p.A, srv...)
+			waitListen(t, p.A, port, sc)
+			cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, "write_bw", "-q", "1", "-s", fmt.Sprint(tc.size), "-m", fmt.Sprint(tc.mtu), "-t", "4",
+				"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
+			rs := <-sc
+			cancel()
+			<-cc
+			if rs.err != nil {
+				t.Fatalf("conform --serve: %v\nstdout:\n%s\nstderr:\n%s", rs.err, rs.stdout, rs.stderr)
+			}
+			var rep conformReport
+			if err := json.Unmarshal([]byte(rs.stdout), &rep); err != nil {
+				t.Fatalf("-json output: %v\n%s", err, rs.stdout)
+			}
+			if len(rep.Results) != 1 {
+				t.Fatalf("%d results, want req.cnp's", len(rep.Results))
+			}
+			r := rep.Results[0]
+			t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)
+			if r.Verdict != tc.want {
+				t.Errorf("%s: %v, want %v: %s", r.Name, r.Verdict, tc.want, r.Observed)
+			}
+		})
+	}
+}
