@@ -24,15 +24,14 @@ const (
 // The CNPs of req.cnp: one every cnpCheckEvery for cnpCheckFor, after a
 // baseline of cnpCheckBase. A DCQCN reaction point (ConnectX's, package
 // qp's) allocates its limiter at the line rate on the first CNP, with α
-// near 1, and cuts the rate by α/2 on each later one; α decays within a
-// few hundred microseconds without CNPs, and each cut restarts the
-// increase timer (300 µs). So CNPs further apart than a millisecond
-// barely cut, while one every 100 µs cuts by a third soon after the
-// first and by about half a percent each after that, with no timer
-// increase in between: within a hundred milliseconds the rate is a small
-// fraction of the line rate, and the requester's rate falls once that is
-// below what it sent. Notification points send up to one CNP per few
-// microseconds per QP (ConnectX's min_time_between_cnps, 4 µs).
+// near 1, and cuts the rate by α/2 on each later one. α decays within a
+// few hundred microseconds without CNPs, and 300 µs without a cut let the
+// increase timer run fast recovery towards the rate before the cuts: only
+// a steady stream of CNPs, tens of microseconds apart, holds the rate
+// down. So the puppet asks for one every 20 µs (notification points send
+// up to one per 4 µs per QP, ConnectX's min_time_between_cnps); a loop
+// busy with the requester's traffic sends fewer, about 10,000 a second
+// against xroce perf on a veth.
 const (
 	cnpCheckEvery = 20 * time.Microsecond
 	cnpCheckFor   = time.Second
@@ -139,7 +138,7 @@ var Requester = []Check{
 	{
 		Name:     "req.cnp",
 		Rule:     ruleReqCNP,
-		Sends:    "every answer as usual for 0.5 s, then also a CNP to its QP every 100 µs for 1 s (nothing was marked CE)",
+		Sends:    "every answer as usual for 0.5 s, then also a CNP to its QP every 20 µs for 1 s (nothing was marked CE)",
 		Requires: "its rate of new request packets in the last half second of CNPs is below half its rate before them; a rate that does not fall means no reaction point (SKIP, as resp.cnp for a missing notification point); then it goes on",
 		Serve: []Phase{
 			{Do: ActPass, Wait: cnpCheckBase, Judge: judgeRateBefore},
