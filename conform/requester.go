@@ -185,7 +185,7 @@ func judgeCNPRate(x *Ctx) Outcome {
 	if rate < base/2 {
 		return ok("%d CNPs in %v: its request rate fell from %.0f to %.0f packets/s", x.Vars["cnps"], (x.End - x.Start).Round(time.Millisecond), base, rate)
 	}
-	return Outcome{Skip: true, Obs: fmt.Sprintf("no reaction point: %d CNPs in %v, its request rate %.0f packets/s before and %.0f during",
+	return Outcome{Skip: true, Obs: fmt.Sprintf("no reaction point seen: %d CNPs in %v, its request rate %.0f packets/s before and %.0f during, not below half",
 		x.Vars["cnps"], (x.End - x.Start).Round(time.Millisecond), base, rate)}
 }
 
