@@ -488,6 +488,29 @@ func (o *conformOptions) start(e *env) ([]*conform.Check, *puppetLink, io.Writer
 	return checks, pl, e.stdout, nil
 }
 
+// skipUnhosted SKIPs check c (the i-th of n) without spending a QP when
+// the tool's QPs cannot host it, and says so on progress.
+func (o *conformOptions) skipUnhosted(progress io.Writer, rep *conformReport, c *conform.Check, i, n int) bool {
+	tmpl := o.template()
+	if tmpl.Has(c.Needs) {
+		return false
+	}
+	r := conform.NewTrial(c, &tmpl, nil, 0).Result()
+	rep.Results = append(rep.Results, r)
+	fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %s\n", i+1, n, c.Name, r.Verdict, r.Observed)
+	return true
+}
+
+// reportRun keeps the result of the i-th of n checks, run on the QP qpn,
+// with its progress line and, with -v, its diagram between a and b.
+func (o *conformOptions) reportRun(e *env, progress io.Writer, rep *conformReport, r *conform.Result, i, n int, qpn uint32, a, b netip.Addr) {
+	rep.Results = append(rep.Results, *r)
+	fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, n, r.Name, r.Verdict, r.Duration.Seconds(), qpn)
+	if o.verbose && !o.json {
+		conformDiagram(e.stdout, r, a, b)
+	}
+}
+
 // conformReport is the JSON form of a run.
 type conformReport struct {
 	Tool    string           `json:"tool"`
@@ -517,11 +540,7 @@ func conformRun(ctx context.Context, e *env, o *conformOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if tmpl := o.template(); !tmpl.Has(c.Needs) {
-			// Not for this tool: no QP spent on it.
-			r := conform.NewTrial(c, &tmpl, nil, 0).Result()
-			rep.Results = append(rep.Results, r)
-			fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %s\n", i+1, len(checks), c.Name, r.Verdict, r.Observed)
+		if o.skipUnhosted(progress, &rep, c, i, len(checks)) {
 			continue
 		}
 		var t conform.Target
@@ -552,11 +571,7 @@ func conformRun(ctx context.Context, e *env, o *conformOptions) error {
 		peer := &rogue.Peer{Link: pl.link, MAC: pl.mac, IP: s.local, QPN: self,
 			VictimMAC: vmac, VictimIP: netip.AddrFrom16(s.rem[s.next-1].GID).Unmap(), VictimQPN: t.QPN}
 		r := conform.Run(rogue.NewPuppet(peer), c, &t, peer, self)
-		rep.Results = append(rep.Results, r)
-		fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, len(checks), c.Name, r.Verdict, r.Duration.Seconds(), t.QPN)
-		if o.verbose && !o.json {
-			conformDiagram(e.stdout, &r, s.local, peer.VictimIP)
-		}
+		o.reportRun(e, progress, &rep, &r, i, len(checks), t.QPN, s.local, peer.VictimIP)
 		if c.Fatal && r.Verdict != conform.Skip && o.tool.errKills {
 			s.dead = true
 		}

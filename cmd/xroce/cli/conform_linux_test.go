@@ -89,6 +89,21 @@ func TestConformXroce(t *testing.T) {
 	}
 }
 
+// conformJSON returns the report of a run of xroce conform -json (what
+// names it in the failure), failing t if the run failed or its output is
+// not the report.
+func conformJSON(t *testing.T, what string, r result) conformReport {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", what, r.err, r.stdout, r.stderr)
+	}
+	var rep conformReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%s: -json output: %v\n%s", what, err, r.stdout)
+	}
+	return rep
+}
+
 // checkConformPcap checks that the pcap holds RoCE frames both ways.
 func checkConformPcap(t *testing.T, path string) {
 	t.Helper()
@@ -137,13 +152,7 @@ func TestConformSendTools(t *testing.T) {
 			rc := <-runIn(ctx, p.A, append(cli, p.B.IP.String())...)
 			cancel()
 			<-sc
-			if rc.err != nil {
-				t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.err, rc.stdout, rc.stderr)
-			}
-			var rep conformReport
-			if err := json.Unmarshal([]byte(rc.stdout), &rep); err != nil {
-				t.Fatalf("-json output: %v\n%s", err, rc.stdout)
-			}
+			rep := conformJSON(t, "conform", rc)
 			for _, r := range rep.Results {
 				t.Logf("%-26s %-5v %s %s", r.Name, r.Verdict, r.Observed, r.Note)
 				if r.Verdict != conform.Pass {
@@ -302,13 +311,7 @@ func TestConformRping(t *testing.T) {
 	rc := <-runIn(ctx, p.A, "conform", "-d", p.A.Ifname, "--via", "rping", "-p", "7190", "-json", p.B.IP.String())
 	stop()
 	<-sc
-	if rc.err != nil {
-		t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.err, rc.stdout, rc.stderr)
-	}
-	var rep conformReport
-	if err := json.Unmarshal([]byte(rc.stdout), &rep); err != nil {
-		t.Fatalf("-json output: %v\n%s", err, rc.stdout)
-	}
+	rep := conformJSON(t, "conform", rc)
 	t.Logf("progress:\n%s", rc.stderr)
 	got := map[string]conform.Verdict{}
 	for _, r := range rep.Results {

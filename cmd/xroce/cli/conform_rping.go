@@ -198,10 +198,7 @@ func conformRunCM(ctx context.Context, e *env, o *conformOptions, checks []*conf
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if tmpl := o.template(); !tmpl.Has(c.Needs) {
-			r := conform.NewTrial(c, &tmpl, nil, 0).Result()
-			rep.Results = append(rep.Results, r)
-			fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %s\n", i+1, len(checks), c.Name, r.Verdict, r.Observed)
+		if o.skipUnhosted(progress, rep, c, i, len(checks)) {
 			continue
 		}
 		self := base + uint32(i)
@@ -211,11 +208,7 @@ func conformRunCM(ctx context.Context, e *env, o *conformOptions, checks []*conf
 		}
 		r := conform.Run(s.pup, c, &t, s.pup.Peer, self)
 		s.close()
-		rep.Results = append(rep.Results, r)
-		fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, len(checks), c.Name, r.Verdict, r.Duration.Seconds(), t.QPN)
-		if o.verbose && !o.json {
-			conformDiagram(e.stdout, &r, s.pup.IP, s.pup.VictimIP)
-		}
+		o.reportRun(e, progress, rep, &r, i, len(checks), t.QPN, s.pup.IP, s.pup.VictimIP)
 	}
 	return o.finish(e, pl, rep)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,13 +44,7 @@ func TestConformServe(t *testing.T) {
 			cancel()
 			rc := <-cc
 			t.Logf("client: %v\n%s\n%s", rc.err, rc.stdout, rc.stderr)
-			if rs.err != nil {
-				t.Fatalf("conform --serve: %v\nstdout:\n%s\nstderr:\n%s", rs.err, rs.stdout, rs.stderr)
-			}
-			var rep conformReport
-			if err := json.Unmarshal([]byte(rs.stdout), &rep); err != nil {
-				t.Fatalf("-json output: %v\n%s", err, rs.stdout)
-			}
+			rep := conformJSON(t, "conform --serve", rs)
 			t.Logf("progress:\n%s", rs.stderr)
 			pass := 0
 			for _, r := range rep.Results {
@@ -103,13 +96,7 @@ func TestConformServeCNP(t *testing.T) {
 			rs := <-sc
 			cancel()
 			<-cc
-			if rs.err != nil {
-				t.Fatalf("conform --serve: %v\nstdout:\n%s\nstderr:\n%s", rs.err, rs.stdout, rs.stderr)
-			}
-			var rep conformReport
-			if err := json.Unmarshal([]byte(rs.stdout), &rep); err != nil {
-				t.Fatalf("-json output: %v\n%s", err, rs.stdout)
-			}
+			rep := conformJSON(t, "conform --serve", rs)
 			if len(rep.Results) != 1 {
 				t.Fatalf("%d results, want req.cnp's", len(rep.Results))
 			}
