@@ -68,43 +68,46 @@ func TestConformServe(t *testing.T) {
 	}
 }
 
-// TestConformServeCNP runs req.cnp against xroce perf write_bw's client,
-// whose qp has DCQCN: its rate falls (PASS). One QP: with eight, the
-// puppet's loop shares its rounds among them, its CNPs come less
-// steadily, and DCQCN's increase timer (300 µs without a cut) gives back
-// much of each cut. A requester without a reaction point (SKIP) is
+// TestConformServeCNP runs req.cnp against xroce perf write_bw's client
+// (1 KB WRITEs, one QP), whose qp has DCQCN: its rate falls (PASS). One
+// QP: with eight, the puppet's loop shares its rounds among them, its
+// CNPs come less steadily, and DCQCN's increase timer (300 µs without a
+// cut) gives back much of each cut. The CNP stream is the puppet's
+// real-time loop, so a busy machine may thin it: the test wants a PASS in
+// one of three runs and no FAIL, and does not run under the race
+// detector or -short. A requester without a reaction point (SKIP) is
 // TestConformReqCNPNoReactionPoint's, in package conform.
 func TestConformServeCNP(t *testing.T) {
-	p := netns.NewT(t, netns.Config{})
-	for i, tc := range []struct {
-		name      string
-		size, mtu int
-		want      conform.Verdict
-	}{
-		{"write-1k", 1024, 1024, conform.Pass},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			port := 18750 + i
-			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
-			defer cancel()
-			srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", fmt.Sprint(tc.size), "-m", fmt.Sprint(tc.mtu),
-				"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}
-			sc := runIn(ctx, p.A, srv...)
-			waitListen(t, p.A, port, sc)
-			cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, "write_bw", "-q", "1", "-s", fmt.Sprint(tc.size), "-m", fmt.Sprint(tc.mtu), "-t", "4",
-				"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
-			rs := <-sc
-			cancel()
-			<-cc
-			rep := conformJSON(t, "conform --serve", rs)
-			if len(rep.Results) != 1 {
-				t.Fatalf("%d results, want req.cnp's", len(rep.Results))
-			}
-			r := rep.Results[0]
-			t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)
-			if r.Verdict != tc.want {
-				t.Errorf("%s: %v, want %v: %s", r.Name, r.Verdict, tc.want, r.Observed)
-			}
-		})
+	if testing.Short() || testSlowdown > 1 {
+		t.Skip("a real-time stream of CNPs: not with -short or the race detector")
 	}
+	p := netns.NewT(t, netns.Config{})
+	var got []string
+	for run := range 3 {
+		port := 18750 + run
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", "1024", "-m", "1024",
+			"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}
+		sc := runIn(ctx, p.A, srv...)
+		waitListen(t, p.A, port, sc)
+		cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, "write_bw", "-q", "1", "-s", "1024", "-m", "1024", "-t", "4",
+			"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
+		rs := <-sc
+		cancel()
+		<-cc
+		rep := conformJSON(t, "conform --serve", rs)
+		if len(rep.Results) != 1 {
+			t.Fatalf("%d results, want req.cnp's", len(rep.Results))
+		}
+		r := rep.Results[0]
+		t.Logf("run %d: %-26s %-5v %s", run+1, r.Name, r.Verdict, r.Observed)
+		switch r.Verdict {
+		case conform.Pass:
+			return
+		case conform.Fail:
+			t.Fatalf("%s: FAIL against xroce's requester: %s", r.Name, r.Observed)
+		}
+		got = append(got, r.Verdict.String()+": "+r.Observed)
+	}
+	t.Errorf("req.cnp never passed against xroce perf write_bw in 3 runs: %q", got)
 }
