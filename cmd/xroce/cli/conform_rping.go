@@ -43,7 +43,8 @@ type cmSession struct {
 }
 
 // SendMAD implements cm.Output: the MAD as a UD SEND ONLY from QP 1 to
-// the server's QP 1, with the GSI's Q_Key (IBTA §13.5.3.4, annex A17).
+// the server's QP 1, with the GSI's well-known Q_Key, as CM MADs travel on
+// RoCE v2.
 func (s *cmSession) SendMAD(_ *cm.Peer, m mad.MAD) {
 	f := s.gsi.Build(bth.FrameFields{BTH: bth.BTHFields{Opcode: bth.UDSendOnly, DestQP: qp.GSIQPN},
 		DETH: bth.DETHFields{QKey: qp.GSIQKey, SrcQP: qp.GSIQPN}}, m)
