@@ -140,6 +140,11 @@ var Requester = []Check{
 		Rule:     ruleReqCNP,
 		Sends:    "every answer as usual for 0.5 s, then also a CNP to its QP every 20 µs for 1 s (nothing was marked CE)",
 		Requires: "its rate of new request packets in the last half second of CNPs is below half its rate before them; a rate that does not fall means no reaction point (SKIP, as resp.cnp for a missing notification point); then it goes on",
+		// SEND or WRITE traffic only: a READ requester's pace is the
+		// responder's, and the puppet answering READs while it sends a
+		// CNP every 20 µs slows it (rxe, which has no reaction point,
+		// "passed" through ib_read_bw in the interop suite).
+		PeerNeeds: PeerAcked,
 		Serve: []Phase{
 			{Do: ActPass, Wait: cnpCheckBase, Judge: judgeRateBefore},
 			{Do: ActCNP, Every: cnpCheckEvery, Wait: cnpCheckFor, Judge: judgeCNPRate},

@@ -261,6 +261,22 @@ func TestConformProfile(t *testing.T) {
 	if ExitCode(err) != 1 || !strings.Contains(out.String(), "2 of 4 checks differ: resp.psn-gap FAIL (expected PASS); resp.new PASS (not in the profile)") {
 		t.Errorf("moved verdicts: exit %d, %q", ExitCode(err), out.String())
 	}
+	// Alternatives: either verdict is as expected.
+	alt := filepath.Join(dir, "alt.txt")
+	os.WriteFile(alt, []byte("via ib_write_bw resp.psn-gap PASS|FAIL\n"), 0o644)
+	if o.expected, err = readProfile(alt); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []conform.Verdict{conform.Pass, conform.Fail, conform.Skip} {
+		out.Reset()
+		err := o.compareProfile(&out, []conform.Result{{Name: "resp.psn-gap", Verdict: v}})
+		if want := v != conform.Skip; (err == nil) != want {
+			t.Errorf("%v against PASS|FAIL: exit %d, %q", v, ExitCode(err), out.String())
+		}
+	}
+	if v := v2s(t, o.expected); v != "PASS|FAIL" {
+		t.Errorf("alternatives read as %q", v)
+	}
 	// The same check through another tool or role is another line.
 	o.serve = "ib_write_bw"
 	out.Reset()
@@ -273,6 +289,15 @@ func TestConformProfile(t *testing.T) {
 	if err := Run(context.Background(), []string{"conform", "-d", "x", "--via", "ib_write_bw", "-expect", bad, "198.18.0.2"}, &so, &se); ExitCode(err) != 2 {
 		t.Errorf("a malformed profile: exit %d (%v), want 2", ExitCode(err), err)
 	}
+}
+
+// v2s returns a one-line profile's verdicts as written.
+func v2s(t *testing.T, p profile) string {
+	t.Helper()
+	for _, vs := range p {
+		return verdicts(vs)
+	}
+	return ""
 }
 
 // TestConformRxeProfiles: the interop suite's profiles of rxe parse, and
