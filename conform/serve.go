@@ -2,7 +2,6 @@ package conform
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/xroce/xroce/bth"
@@ -71,10 +70,7 @@ const (
 	PeerRetry                         // its retry count is known
 )
 
-var peerNeedNames = []struct {
-	n PeerNeed
-	s string
-}{
+var peerNeedNames = []flagName[PeerNeed]{
 	{PeerAcked, "its requests are not SENDs or WRITEs"}, {PeerSendOnly, "it sends no single-packet SENDs"},
 	{PeerRead, "it sends no READs"}, {PeerLongRead, "its READs are shorter than 3 path MTUs"},
 	{PeerTimeout, "its ACK timeout is unknown"}, {PeerRetry, "its retry count is unknown"},
@@ -110,16 +106,6 @@ func (p *Peer) lacks(n PeerNeed) PeerNeed {
 		}
 	}
 	return l
-}
-
-func peerNeedText(n PeerNeed) string {
-	var s []string
-	for _, x := range peerNeedNames {
-		if n&x.n != 0 {
-			s = append(s, x.s)
-		}
-	}
-	return strings.Join(s, ", ")
 }
 
 // Act is what the puppet's side does to the traffic of the QP under test
@@ -326,7 +312,7 @@ func NewServeTrial(c *Check, p *Peer, fl *flow) *ServeTrial {
 	tr := &ServeTrial{record: newRecord(c), p: p, fl: fl}
 	tr.x = Ctx{P: p, Vars: map[string]uint64{}, Read: map[string][]byte{}}
 	if l := p.lacks(c.PeerNeeds); l != 0 {
-		tr.finish(Skip, "the requester under test cannot show it: "+peerNeedText(l), "")
+		tr.finish(Skip, "the requester under test cannot show it: "+flagsText(l, peerNeedNames), "")
 	}
 	return tr
 }

@@ -200,7 +200,7 @@ func NewTrial(c *Check, t *Target, fr Framer, self uint32) *Trial {
 	case !t.UD && c.Needs&NeedUD != 0:
 		tr.finish(Skip, "the QP under test is not a UD QP", "")
 	case !t.Has(c.Needs):
-		tr.finish(Skip, "the QP under test cannot host it: "+needText(c.Needs&^t.needsMet()), "")
+		tr.finish(Skip, "the QP under test cannot host it: "+flagsText(c.Needs&^t.needsMet(), needNames), "")
 	}
 	return tr
 }
@@ -224,10 +224,7 @@ func (t *Target) needsMet() Need {
 	return n
 }
 
-var needNames = []struct {
-	n Need
-	s string
-}{
+var needNames = []flagName[Need]{
 	{NeedWrite, "no region open to remote WRITE"}, {NeedRead, "no region open to remote READ"},
 	{NeedAtomic, "no region open to atomics"}, {NeedRecv, "no receives of known length"},
 	{NeedNoRecv, "receives are posted"}, {NeedProbe, "neither WRITE nor a posted receive"},
@@ -235,9 +232,16 @@ var needNames = []struct {
 	{NeedRNRTimer, "RNR timer unknown"}, {NeedLarge, "no region or receive of 4 MTUs"},
 }
 
-func needText(n Need) string {
+// flagName names one flag of a set.
+type flagName[T ~uint8 | ~uint16] struct {
+	n T
+	s string
+}
+
+// flagsText names the flags of n in names' order, comma-separated.
+func flagsText[T ~uint8 | ~uint16](n T, names []flagName[T]) string {
 	var s []string
-	for _, x := range needNames {
+	for _, x := range names {
 		if n&x.n != 0 {
 			s = append(s, x.s)
 		}
