@@ -664,6 +664,18 @@ xroce_suite() {
 			result "$p.perf.$t" SKIP "$(now)" "this xroce has no perf $t"
 		fi
 	done
+	# Congestion control: xroce's CNPs towards rxe, and two xroce ends
+	# through a router that marks ECN (not under loss: the rows are about
+	# marks, not drops).
+	if [ "$lossy" = 0 ]; then
+		if /out/xroce perf write_bw -h 2>&1 | grep -q -- -mark-ce; then
+			cc_rxe "$p.cc.rxe_write_bw" write_bw
+			cc_rxe "$p.cc.rxe_send_bw" send_bw
+			cc_router "$p.cc.router_write_bw"
+		else
+			result "$p.cc" SKIP "$(now)" "this xroce has no perf --mark-ce"
+		fi
+	fi
 	t0=$(now)
 	sleep 0.5
 	kill -INT "$TCPDUMP"
@@ -671,6 +683,137 @@ xroce_suite() {
 	cp "/tmp/$p.pcap" "/out/pcap/$p.pcap"
 	rm -f "/tmp/$p.pcap"
 	result "$p.tcpdump" PASS "$t0" "$(grep -E 'captured|dropped' "/out/logs/$p.tcpdump.txt" | paste -sd' ')"
+}
+
+# --- cc: congestion control on real kernels ------------------------------------
+# cc_netns: two xroce ends through a router namespace whose egress marks ECN.
+# The sender in cs (cs0 198.18.3.2), the router in cr (cr0 198.18.3.1 towards
+# cs, cr1 198.18.4.1 towards cd), the receiver in cd (cd0 198.18.4.2). On cr1,
+# htb holds the link to CC_RATE so that a queue forms, and fq_codel marks CE
+# on every ECN-capable frame that waited longer than 1 ms (ce_threshold, at
+# dequeue, as a switch marks on its queue). One queue per veth so that xroce
+# gets AF_XDP (it needs a socket on every queue).
+CC_RATE=100mbit
+cc_netns() {
+	[ -e /run/netns/cr ] && return 0
+	modprobe -a veth sch_htb sch_fq_codel
+	local n
+	for n in cs cr cd; do
+		ip netns add $n
+		ip -n $n link set lo up
+	done
+	ip link add cs0 numtxqueues 1 numrxqueues 1 type veth peer name cr0 numtxqueues 1 numrxqueues 1
+	ip link add cd0 numtxqueues 1 numrxqueues 1 type veth peer name cr1 numtxqueues 1 numrxqueues 1
+	ip link set cs0 netns cs
+	ip link set cd0 netns cd
+	ip link set cr0 netns cr
+	ip link set cr1 netns cr
+	ip -n cs addr add 198.18.3.2/24 dev cs0
+	ip -n cr addr add 198.18.3.1/24 dev cr0
+	ip -n cr addr add 198.18.4.1/24 dev cr1
+	ip -n cd addr add 198.18.4.2/24 dev cd0
+	for n in cs:cs0 cr:cr0 cr:cr1 cd:cd0; do ip -n "${n%:*}" link set "${n#*:}" up; done
+	ip netns exec cr sysctl -qw net.ipv4.ip_forward=1
+	ip -n cs route add default via 198.18.3.1
+	ip -n cd route add default via 198.18.4.1
+	ip -n cs neigh replace 198.18.3.1 lladdr "$(ip netns exec cr cat /sys/class/net/cr0/address)" dev cs0 nud permanent
+	ip -n cd neigh replace 198.18.4.1 lladdr "$(ip netns exec cr cat /sys/class/net/cr1/address)" dev cd0 nud permanent
+	ip -n cr neigh replace 198.18.3.2 lladdr "$(ip netns exec cs cat /sys/class/net/cs0/address)" dev cr0 nud permanent
+	ip -n cr neigh replace 198.18.4.2 lladdr "$(ip netns exec cd cat /sys/class/net/cd0/address)" dev cr1 nud permanent
+	tc -n cr qdisc add dev cr1 root handle 1: htb default 1
+	tc -n cr class add dev cr1 parent 1: classid 1:1 htb rate $CC_RATE
+	tc -n cr qdisc add dev cr1 parent 1:1 handle 10: fq_codel ecn ce_threshold 1ms
+}
+
+# cc_fig LOG FIELD: FIELD's value on xroce perf's "congestion control" line.
+cc_fig() {
+	awk -v f="$2" '/^perf: congestion control:/ { for (i = 1; i < NF; i++) if ($i == f) { print $(i + 1); exit } }' "$1" 2>/dev/null
+}
+
+# cc_router NAME: xroce perf write_bw from cs to cd through the marking router,
+# then xroce pingpong -c (contents checked) the same way. PASS when both
+# complete, CE marks reached the receiver, which sent CNPs, and the sender
+# received them and DCQCN cut its rate below the line rate. The router's
+# capture goes to pcap/xroce-cc.pcap (the host checks it).
+cc_router() { rowrun _cc_router "$@"; }
+_cc_router() {
+	local name=$1 to=${XROCE_TIMEOUT:-120} t0 spid src crc prc why="" n=300 line=100000000000 l
+	t0=$(now)
+	cc_netns
+	ip netns exec cr tcpdump -i cr1 -s 0 -B 65536 -w /tmp/xroce-cc.pcap udp port 4791 2>"/out/logs/$name.tcpdump.txt" &
+	local tpid=$!
+	for _ in $(seq 50); do grep -q 'listening on' "/out/logs/$name.tcpdump.txt" && break; sleep 0.1; done
+	ip netns exec cd timeout -s KILL "$to" /out/xroce perf write_bw -d cd0 -F -n $n >"/out/logs/$name.server.txt" 2>&1 &
+	spid=$!
+	for _ in $(seq 100); do
+		ip netns exec cd ss -Hltn "sport = :18515" | grep -q . && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	ip netns exec cs timeout -s KILL "$to" /out/xroce perf write_bw -d cs0 -F -n $n 198.18.4.2 >"/out/logs/$name.client.txt" 2>&1
+	crc=$?
+	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	stop "$spid"
+	wait "$spid"
+	src=$?
+	# The same path, contents checked: 1 MiB messages, each a burst.
+	ip netns exec cd timeout -s KILL "$to" /out/xroce pingpong -e -d cd0 -s 1048576 -n 10 -c >"/out/logs/$name.pp-server.txt" 2>&1 &
+	spid=$!
+	for _ in $(seq 100); do
+		ip netns exec cd ss -Hltn "sport = :18515" | grep -q . && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	ip netns exec cs timeout -s KILL "$to" /out/xroce pingpong -e -d cs0 -s 1048576 -n 10 -c 198.18.4.2 >"/out/logs/$name.pp-client.txt" 2>&1
+	prc=$?
+	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	stop "$spid"
+	wait "$spid"
+	prc="$prc/$?"
+	sleep 0.5
+	kill -INT "$tpid"
+	wait "$tpid"
+	cp /tmp/xroce-cc.pcap /out/pcap/xroce-cc.pcap
+	rm -f /tmp/xroce-cc.pcap
+	tc -n cr -s qdisc show dev cr1 >"/out/logs/$name.qdisc.txt"
+	local sv=/out/logs/$name.server.txt cl=/out/logs/$name.client.txt ce cnp rx cuts low marks
+	ce=$(cc_fig $sv rx_ce) cnp=$(cc_fig $sv tx_cnp) rx=$(cc_fig $cl rx_cnp) cuts=$(cc_fig $cl rate_cuts) low=$(cc_fig $cl rate_lowest)
+	marks=$(awk '{ for (i = 1; i < NF; i++) if ($i == "ce_mark") { m += $(i + 1); f = 1 } } END { if (f) print m }' "/out/logs/$name.qdisc.txt")
+	[ "$crc/$src" = 0/0 ] || why="$why perf client exit $crc, server exit $src;"
+	[ "$prc" = 0/0 ] || why="$why pingpong -c client/server exit $prc;"
+	[ "${ce:-0}" -gt 0 ] || why="$why no CE-marked frame reached the receiver;"
+	[ "${cnp:-0}" -gt 0 ] || why="$why the receiver sent no CNP;"
+	[ "${rx:-0}" -gt 0 ] || why="$why the sender received no CNP;"
+	[ "${cuts:-0}" -gt 0 ] || why="$why no rate cut;"
+	[ "${low:-0}" -gt 0 ] && [ "${low:-0}" -lt $line ] || why="$why the sender's rate never fell below the line rate;"
+	l="router htb $CC_RATE + fq_codel ce_threshold 1ms: ${marks:-?} CE marks; receiver rx_ce $ce tx_cnp $cnp; sender rx_cnp $rx rate_cuts $cuts, lowest rate $(awk -v b="${low:-0}" 'BEGIN { printf "%.1f Mb/s", b / 1e6 }'); perf $(detail "$cl"); pingpong -c: $(detail "/out/logs/$name.pp-client.txt")"
+	if [ -z "$why" ]; then
+		result "$name" PASS "$t0" "$l"
+	else
+		result "$name" FAIL "$t0" "${why# } -- $l"
+	fi
+}
+
+# cc_rxe NAME TEST: rxe's perftest client (the requester) against xroce
+# perf --mark-ce 0.1 on the host, whose XDP program marks a tenth of rxe's
+# frames CE on the way in: xroce answers with CNPs, which rxe drops (it has no
+# CNP opcode). PASS when the run passes (vs_host_server's row) and xroce
+# sent CNPs; the detail shows which of rxe's counters moved.
+cc_rxe() { rowrun _cc_rxe "$@"; }
+_cc_rxe() {
+	local name=$1 t=$2 to=${XROCE_TIMEOUT:-120} t0 b a cnp ce moved
+	t0=$(now)
+	b=$(grep -H . /sys/class/infiniband/rxetap/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||')
+	_vs_host_server "$name" "$to" "ib_$t" -d rxetap -x 1 -F -n 200 198.18.1.1 -- perf "$t" -d tap0 -F -n 200 --mark-ce 0.1
+	a=$(grep -H . /sys/class/infiniband/rxetap/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||')
+	moved=$(join -t: <(sort <<<"$b") <(sort <<<"$a") | awk -F: '$3 != $2 { printf "%s %+d, ", $1, $3 - $2 }')
+	cnp=$(cc_fig "/out/logs/$name.host-server.txt" tx_cnp)
+	ce=$(cc_fig "/out/logs/$name.host-server.txt" rx_ce)
+	if [ "${cnp:-0}" -gt 0 ]; then
+		result "$name.cnps" PASS "$t0" "xroce got ${ce:-?} CE-marked frames of rxe's and sent rxe $cnp CNPs; rxe's counters: ${moved%, }"
+	else
+		result "$name.cnps" FAIL "$t0" "xroce sent no CNP (rx_ce ${ce:-?}): $(grep 'congestion control' "/out/logs/$name.host-server.txt" | cut -c1-150)"
+	fi
 }
 
 mode_xroce() {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -97,7 +98,8 @@ type perfOptions struct {
 	retry      int    // --retry_count: the rdma_cm connections' retry counts
 	perftest   string // --perftest: "auto", "4.5" or "25.01"
 
-	rate perfRate // --rate_limit and its companions (perf_rate.go)
+	rate   perfRate // --rate_limit and its companions (perf_rate.go)
+	markCE float64  // --mark-ce: the fraction of frames received the XDP program marks CE (perf_cc.go)
 }
 
 // perfModes are perf tests that are not perftest's: each parses its own
@@ -138,6 +140,7 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when the peer is silent this `long`")
 	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")
 	o.rate.addFlags(fs)
+	o.addCCFlags(fs)
 	fs.StringVar(&o.perftest, "perftest", "auto", "the perftest `release` to look like: 4.5 or 25.01 (its version on the wire, banner and tables), or auto: the peer's, 4.5 towards xroce")
 	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"D", "duration"}, {"a", "all"}, {"q", "qp"},
 		{"m", "mtu"}, {"x", "gid-index"}, {"p", "port"}, {"d", "ib-dev"}, {"i", "ib-port"}, {"c", "connection"},
@@ -268,6 +271,9 @@ func (o *perfOptions) check() error {
 	}
 	// A signaled request must fit in the send queue's window.
 	o.cqMod = min(o.cqMod, o.txDepth)
+	if err := o.checkCC(); err != nil {
+		return err
+	}
 	return o.rate.check(o)
 }
 
@@ -310,6 +316,7 @@ type perfRun struct {
 	started time.Time
 	phase   atomic.Value // string: what the run does now, for xroce stat
 	mtu     roce.MTU
+	xdpProg *bpf.Program // the device's XDP program when --mark-ce marks (perf_cc.go)
 	wcs     [64]roce.WC
 }
 
@@ -319,12 +326,16 @@ func perf(ctx context.Context, e *env, o *perfOptions) error {
 	// receive (see waitCQ); latency tests busy-poll and receive
 	// themselves.
 	cfg.NoPollProgress = !o.test.lat
-	dev, err := openDeviceConfig(e.stderr, o.dev, o.host, "perf", cfg)
+	nd, err := openNICDevice(e.stderr, o.dev, o.host, "perf", cfg)
 	if err != nil {
 		return err
 	}
+	dev := nd.Device
 	defer dev.Close()
 	r := &perfRun{o: o, e: e, server: o.host == "", dev: dev, started: time.Now()}
+	if err := r.markCE(nd); err != nil {
+		return err
+	}
 	r.phase.Store("connecting")
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -412,6 +423,7 @@ func (r *perfRun) test(ctx context.Context) error {
 		}
 	}
 	r.phase.Store("running")
+	defer r.reportCCAfter(r.startCCWatch())
 	if o.test.verb == perftest.Send {
 		if err := r.barrier(o.timeout); err != nil {
 			return err

@@ -306,23 +306,42 @@ func openDevice(w io.Writer, ifname, host, cmd string) (*roce.Device, error) {
 
 // openDeviceConfig is openDevice with a device configuration.
 func openDeviceConfig(w io.Writer, ifname, host, cmd string, cfg roce.Config) (*roce.Device, error) {
+	d, err := openNICDevice(w, ifname, host, cmd, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return d.Device, nil
+}
+
+// openNICDevice is openDeviceConfig returning the nic.Device, whose XDP
+// program the caller may use (perf --mark-ce).
+func openNICDevice(w io.Writer, ifname, host, cmd string, cfg roce.Config) (*nic.Device, error) {
 	if ifname == "" {
 		var err error
 		if ifname, err = defaultInterface(host); err != nil {
 			return nil, usagef("%s: %v; name one with -d INTERFACE", cmd, err)
 		}
 	}
-	dev, err := openNIC(w, cmd, ifname, cfg)
+	d, err := openNICNamed(w, cmd, ifname, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open a RoCE device on %s: %w", cmd, ifname, err)
 	}
-	return dev, nil
+	return d, nil
 }
 
 // openNIC opens a RoCE device on the interface ifname (nic.Open) and, when
 // AF_XDP could not be used there and the device runs on AF_PACKET, says so
 // and why on w, as cmd.
 func openNIC(w io.Writer, cmd, ifname string, cfg roce.Config) (*roce.Device, error) {
+	d, err := openNICNamed(w, cmd, ifname, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return d.Device, nil
+}
+
+// openNICNamed is openNIC returning the nic.Device.
+func openNICNamed(w io.Writer, cmd, ifname string, cfg roce.Config) (*nic.Device, error) {
 	d, err := nic.Open(ifname, nic.Config{Device: cfg})
 	if err != nil {
 		return nil, err
@@ -330,7 +349,7 @@ func openNIC(w io.Writer, cmd, ifname string, cfg roce.Config) (*roce.Device, er
 	if err := d.Fallback(); err != nil {
 		fmt.Fprintf(w, "%s: %s: AF_XDP not available (%v); using AF_PACKET\n", cmd, ifname, err)
 	}
-	return d.Device, nil
+	return d, nil
 }
 
 func (s *ppSide) setup() error {
