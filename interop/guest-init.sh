@@ -731,7 +731,7 @@ cc_fig() {
 }
 
 # cc_router NAME: xroce perf write_bw from cs to cd through the marking router,
-# then xroce pingpong -c (contents checked) the same way. PASS when both
+# then xroce rping -V (contents checked) the same way. PASS when both
 # complete, CE marks reached the receiver, which sent CNPs, and the sender
 # received them and DCQCN cut its rate below the line rate. The router's
 # capture goes to pcap/xroce-cc.pcap (the host checks it).
@@ -756,16 +756,20 @@ _cc_router() {
 	stop "$spid"
 	wait "$spid"
 	src=$?
-	# The same path, contents checked: 1 MiB messages, each a burst.
-	ip netns exec cd timeout -s KILL "$to" /out/xroce pingpong -e -d cd0 -s 1048576 -n 10 -c >"/out/logs/$name.pp-server.txt" 2>&1 &
+	# The same path, contents checked: rping -V, whose server READs 65000
+	# bytes from the client (the READ responses cross the router towards
+	# the server, as the WRITEs did) and WRITEs them back, and whose client
+	# compares them. (xroce pingpong, like ibv_rc_pingpong, sends with hop
+	# limit 1: the router would drop it.) The server has no socket to wait
+	# for: the client tries again while it is refused.
+	ip netns exec cd timeout -s KILL "$to" /out/xroce rping -s -a 198.18.4.2 -C 50 -S 65000 -V >"/out/logs/$name.rping-server.txt" 2>&1 &
 	spid=$!
-	for _ in $(seq 100); do
-		ip netns exec cd ss -Hltn "sport = :18515" | grep -q . && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.1
+	for _ in 1 2 3 4 5; do
+		sleep 2
+		ip netns exec cs timeout -s KILL "$to" /out/xroce rping -c -a 198.18.4.2 -C 50 -S 65000 -V >"/out/logs/$name.rping-client.txt" 2>&1
+		prc=$?
+		[ $prc = 0 ] || ! kill -0 "$spid" 2>/dev/null || ! grep -qi 'reject\|refused' "/out/logs/$name.rping-client.txt" && break
 	done
-	ip netns exec cs timeout -s KILL "$to" /out/xroce pingpong -e -d cs0 -s 1048576 -n 10 -c 198.18.4.2 >"/out/logs/$name.pp-client.txt" 2>&1
-	prc=$?
 	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
 	stop "$spid"
 	wait "$spid"
@@ -780,13 +784,13 @@ _cc_router() {
 	ce=$(cc_fig $sv rx_ce) cnp=$(cc_fig $sv tx_cnp) rx=$(cc_fig $cl rx_cnp) cuts=$(cc_fig $cl rate_cuts) low=$(cc_fig $cl rate_lowest)
 	marks=$(awk '{ for (i = 1; i < NF; i++) if ($i == "ce_mark") { m += $(i + 1); f = 1 } } END { if (f) print m }' "/out/logs/$name.qdisc.txt")
 	[ "$crc/$src" = 0/0 ] || why="$why perf client exit $crc, server exit $src;"
-	[ "$prc" = 0/0 ] || why="$why pingpong -c client/server exit $prc;"
+	[ "$prc" = 0/0 ] || why="$why rping -V client/server exit $prc: $(grep -v '^ *$' "/out/logs/$name.rping-client.txt" | tail -1 | cut -c1-80);"
 	[ "${ce:-0}" -gt 0 ] || why="$why no CE-marked frame reached the receiver;"
 	[ "${cnp:-0}" -gt 0 ] || why="$why the receiver sent no CNP;"
 	[ "${rx:-0}" -gt 0 ] || why="$why the sender received no CNP;"
 	[ "${cuts:-0}" -gt 0 ] || why="$why no rate cut;"
 	[ "${low:-0}" -gt 0 ] && [ "${low:-0}" -lt $line ] || why="$why the sender's rate never fell below the line rate;"
-	l="router htb $CC_RATE + fq_codel ce_threshold 1ms: ${marks:-?} CE marks; receiver rx_ce $ce tx_cnp $cnp; sender rx_cnp $rx rate_cuts $cuts, lowest rate $(awk -v b="${low:-0}" 'BEGIN { printf "%.1f Mb/s", b / 1e6 }'); perf $(detail "$cl"); pingpong -c: $(detail "/out/logs/$name.pp-client.txt")"
+	l="router htb $CC_RATE + fq_codel ce_threshold 1ms: ${marks:-?} CE marks; receiver rx_ce $ce tx_cnp $cnp; sender rx_cnp $rx rate_cuts $cuts, lowest rate $(awk -v b="${low:-0}" 'BEGIN { printf "%.1f Mb/s", b / 1e6 }'); perf $(detail "$cl"); rping -V: 50 x 65000 B read, written back and compared"
 	if [ -z "$why" ]; then
 		result "$name" PASS "$t0" "$l"
 	else
@@ -796,7 +800,10 @@ _cc_router() {
 
 # cc_rxe NAME TEST: rxe's perftest client (the requester) against xroce
 # perf --mark-ce 0.1 on the host, whose XDP program marks a tenth of rxe's
-# frames CE on the way in: xroce answers with CNPs, which rxe drops (it has no
+# ECN-capable frames CE on the way in. rxe sends the traffic class as its
+# TOS byte, Not-ECT by default (which a switch does not mark): the client
+# asks for --tclass 106 (DSCP 26 and ECT(0), how ConnectX deployments set
+# RoCE's class). xroce answers with CNPs, which rxe drops (it has no
 # CNP opcode). PASS when the run passes (vs_host_server's row) and xroce
 # sent CNPs; the detail shows which of rxe's counters moved.
 cc_rxe() { rowrun _cc_rxe "$@"; }
@@ -804,7 +811,7 @@ _cc_rxe() {
 	local name=$1 t=$2 to=${XROCE_TIMEOUT:-120} t0 b a cnp ce moved
 	t0=$(now)
 	b=$(grep -H . /sys/class/infiniband/rxetap/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||')
-	_vs_host_server "$name" "$to" "ib_$t" -d rxetap -x 1 -F -n 200 198.18.1.1 -- perf "$t" -d tap0 -F -n 200 --mark-ce 0.1
+	_vs_host_server "$name" "$to" "ib_$t" -d rxetap -x 1 -F -n 200 --tclass 106 198.18.1.1 -- perf "$t" -d tap0 -F -n 200 --mark-ce 0.1
 	a=$(grep -H . /sys/class/infiniband/rxetap/ports/1/hw_counters/* 2>/dev/null | sed 's|.*/||')
 	moved=$(join -t: <(sort <<<"$b") <(sort <<<"$a") | awk -F: '$3 != $2 { printf "%s %+d, ", $1, $3 - $2 }')
 	cnp=$(cc_fig "/out/logs/$name.host-server.txt" tx_cnp)

@@ -1,0 +1,72 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/internal/perftest"
+)
+
+func TestPerfMarkCEBadFlags(t *testing.T) {
+	for _, v := range []string{"-0.1", "1.5"} {
+		var out, errb bytes.Buffer
+		err := Run(context.Background(), []string{"perf", "write_bw", "--mark-ce", v}, &out, &errb)
+		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), "want a fraction from 0 to 1") {
+			t.Errorf("--mark-ce %s: %v (exit %d), want exit 2 with 'want a fraction from 0 to 1'", v, err, ExitCode(err))
+		}
+	}
+}
+
+// perfCCLineRE matches perf's congestion control line; ccFig reads one of
+// its figures.
+var perfCCLineRE = regexp.MustCompile(`(?m)^perf: congestion control: .*$`)
+
+func ccFig(t *testing.T, who, stderr, name string) uint64 {
+	t.Helper()
+	l := perfCCLineRE.FindString(stderr)
+	f := strings.Fields(l)
+	for i := range f[:max(len(f)-1, 0)] {
+		if f[i] == name {
+			v, err := strconv.ParseUint(f[i+1], 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %s %q in %q", who, name, f[i+1], l)
+			}
+			return v
+		}
+	}
+	t.Fatalf("%s: no %s on a congestion control line in stderr:\n%s", who, name, stderr)
+	return 0
+}
+
+// TestPerfMarkCE: the server's XDP program marks 5% of the client's WRITEs
+// CE (--mark-ce); the server answers with CNPs, the client's DCQCN cuts its
+// rate, and both print the counters at the end of a run that completes.
+func TestPerfMarkCE(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	flags := []string{"write_bw", "-n", "2000", "-p", "18760", "-timeout", "10s", "-stat-dir", ""}
+	rs, rc := clientServer(t, p, 18760, append([]string{"perf", "-d", p.B.Ifname, "--mark-ce", "0.05"}, flags...),
+		append([]string{"perf", "-d", p.A.Ifname}, flags...))
+	checkPerf(t, "client", rc, perftest.ResultBW, []int{65536}, 2000)
+	checkPerf(t, "server", rs, perftest.ResultBW, []int{65536}, 2000)
+	if strings.Contains(rs.stderr, "AF_PACKET") {
+		t.Skipf("no AF_XDP on the veth, so no XDP program to mark: %s", rs.stderr)
+	}
+	t.Logf("server: %s\nclient: %s", perfCCLineRE.FindString(rs.stderr), perfCCLineRE.FindString(rc.stderr))
+	marked, ce, cnps := ccFig(t, "server", rs.stderr, "xdp_marked_ce"), ccFig(t, "server", rs.stderr, "rx_ce"), ccFig(t, "server", rs.stderr, "tx_cnp")
+	if marked == 0 || ce != marked || cnps == 0 || cnps > ce {
+		t.Errorf("server: XDP marked %d, received %d CE-marked, sent %d CNPs; want as many received as marked, and 1..that many CNPs", marked, ce, cnps)
+	}
+	if rx := ccFig(t, "client", rc.stderr, "rx_cnp"); rx == 0 || rx > cnps {
+		t.Errorf("client: received %d CNPs, want 1..%d (the server's)", rx, cnps)
+	}
+	if cuts, low := ccFig(t, "client", rc.stderr, "rate_cuts"), ccFig(t, "client", rc.stderr, "rate_lowest"); cuts == 0 || low == 0 {
+		t.Errorf("client: %d rate cuts, lowest rate %d b/s; want cuts and a rate", cuts, low)
+	}
+}
