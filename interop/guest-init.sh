@@ -114,6 +114,17 @@ wait_listen() {
 	return 1
 }
 
+# netns_wait_listen NS PID: until a TCP socket listens on 18515 in the
+# namespace NS (10 s at most), or PID, the server, has ended.
+netns_wait_listen() {
+	for _ in $(seq 100); do
+		ip netns exec "$1" ss -Hltn "sport = :18515" | grep -q . && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
 # detail FILE: the figures worth showing from a tool's output.
 detail() {
 	local l
@@ -745,11 +756,7 @@ _cc_router() {
 	for _ in $(seq 50); do grep -q 'listening on' "/out/logs/$name.tcpdump.txt" && break; sleep 0.1; done
 	ip netns exec cd timeout -s KILL "$to" /out/xroce perf write_bw -d cd0 -F -n $n >"/out/logs/$name.server.txt" 2>&1 &
 	spid=$!
-	for _ in $(seq 100); do
-		ip netns exec cd ss -Hltn "sport = :18515" | grep -q . && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.1
-	done
+	netns_wait_listen cd "$spid"
 	ip netns exec cs timeout -s KILL "$to" /out/xroce perf write_bw -d cs0 -F -n $n 198.18.4.2 >"/out/logs/$name.client.txt" 2>&1
 	crc=$?
 	for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
@@ -1856,11 +1863,7 @@ cmp_xroce() {
 	ip netns exec xa timeout -s KILL "$to" /out/xroce perf "$t" -d xa0 -F -m 1024 "$@" \
 		>"/out/logs/compare.xroce.$name.server.txt" 2>&1 &
 	spid=$!
-	for _ in $(seq 100); do
-		ip netns exec xa ss -Hltn "sport = :18515" | grep -q . && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.1
-	done
+	netns_wait_listen xa "$spid"
 	ip netns exec xb timeout -s KILL "$to" /out/xroce perf "$t" -d xb0 -F -m 1024 "$@" 198.18.2.1 \
 		>"/out/logs/compare.xroce.$name.client.txt" 2>&1
 	crc=$?
