@@ -287,20 +287,45 @@ func (o *conformOptions) selected() []*conform.Check {
 	return append(keep, fatal...)
 }
 
+// toolConn is conform's side of a tool's connection, either role: the
+// TCP connection and its exchange, both sides' QP addresses, and which QP
+// the next check takes.
+type toolConn struct {
+	o             *conformOptions
+	tcp           net.Conn
+	pc            *perftest.Conn // nil: ibv_*_pingpong's exchange
+	my, rem       []perftest.Dest
+	mtu           int
+	local, remote netip.Addr // the TCP connection's ends
+	next          int        // the next QP for a check
+	dead          bool       // a fatal check ran: the tool ends with an error
+}
+
+// newToolConn takes tcp as the connection for o's tool.
+func newToolConn(o *conformOptions, tcp net.Conn) toolConn {
+	la, _ := netip.ParseAddrPort(tcp.LocalAddr().String())
+	ra, _ := netip.ParseAddrPort(tcp.RemoteAddr().String())
+	return toolConn{o: o, tcp: tcp, local: la.Addr().Unmap(), remote: ra.Addr().Unmap()}
+}
+
+// endExchange runs the exchanges a perftest bandwidth test ends with
+// once its run is over, as both sides do: a barrier and the results (not
+// for send), then the last address exchange.
+func (c *toolConn) endExchange() error {
+	if c.o.tool.verb != perftest.Send {
+		if _, err := c.pc.HandShake(&c.my[0]); err != nil {
+			return err
+		}
+		if _, err := c.pc.BWReports(perftest.BWReport{}); err != nil {
+			return err
+		}
+	}
+	return c.pc.Close(&c.my[0])
+}
+
 // conformSession is one connection to the server: its QPs, handed out
 // one per check.
-type conformSession struct {
-	o      *conformOptions
-	tcp    net.Conn
-	pc     *perftest.Conn
-	my     []perftest.Dest
-	rem    []perftest.Dest
-	mtu    int
-	next   int
-	local  netip.Addr
-	remote netip.Addr
-	dead   bool // a fatal check ran on a tool that dies with its QP
-}
+type conformSession struct{ toolConn }
 
 // target returns the next unused QP as a conform target, and the puppet
 // QPN and PSN it was promised; ok false when the session has none left.
@@ -352,10 +377,7 @@ func conformDial(ctx context.Context, o *conformOptions, qpnBase uint32) (*confo
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	s := &conformSession{o: o, tcp: tcp}
-	la, _ := netip.ParseAddrPort(tcp.LocalAddr().String())
-	ra, _ := netip.ParseAddrPort(tcp.RemoteAddr().String())
-	s.local, s.remote = la.Addr().Unmap(), ra.Addr().Unmap()
+	s := &conformSession{newToolConn(o, tcp)}
 	tcp.SetDeadline(time.Now().Add(o.timeout))
 	if err := s.exchange(qpnBase); err != nil {
 		tcp.Close()
@@ -460,15 +482,7 @@ func (s *conformSession) close() {
 		return
 	}
 	s.tcp.SetDeadline(time.Now().Add(s.o.timeout))
-	if s.o.tool.verb != perftest.Send {
-		if _, err := s.pc.HandShake(&s.my[0]); err != nil {
-			return
-		}
-		if _, err := s.pc.BWReports(perftest.BWReport{}); err != nil {
-			return
-		}
-	}
-	s.pc.Close(&s.my[0])
+	s.endExchange()
 }
 
 // start selects the checks and opens the puppet's socket; the lines of

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -71,17 +70,8 @@ func (o *conformOptions) peerTemplate(mtu int) conform.Peer {
 // serveSession is one connection from the tool's client: the exchange,
 // and the puppet's server answering its QPs.
 type serveSession struct {
-	o      *conformOptions
-	tcp    net.Conn
-	pc     *perftest.Conn
-	my     []perftest.Dest
-	rem    []perftest.Dest
-	mtu    int
-	local  netip.Addr
-	remote netip.Addr
-	srv    *conform.Server
-	next   int  // the next QP for a check
-	dead   bool // a fatal check ran: the client ends with an error
+	toolConn
+	srv *conform.Server
 }
 
 // serveAccept waits for the client's connection and runs the exchange:
@@ -93,10 +83,7 @@ func serveAccept(ctx context.Context, o *conformOptions, pl *puppetLink, qpnBase
 	if err != nil {
 		return nil, err
 	}
-	s := &serveSession{o: o, tcp: tcp}
-	la, _ := netip.ParseAddrPort(tcp.LocalAddr().String())
-	ra, _ := netip.ParseAddrPort(tcp.RemoteAddr().String())
-	s.local, s.remote = la.Addr().Unmap(), ra.Addr().Unmap()
+	s := &serveSession{toolConn: newToolConn(o, tcp)}
 	if err := s.start(pl, qpnBase); err != nil {
 		tcp.Close()
 		return nil, fmt.Errorf("conform: %s exchange with %s: %w", o.tool.name, s.remote, err)
@@ -157,15 +144,7 @@ func (s *serveSession) start(pl *puppetLink, qpnBase uint32) error {
 // exchange. It runs beside the server's loop, bounded by the linger.
 func (s *serveSession) finish() error {
 	s.tcp.SetDeadline(time.Now().Add(s.o.linger))
-	if s.o.tool.verb != perftest.Send {
-		if _, err := s.pc.HandShake(&s.my[0]); err != nil {
-			return err
-		}
-		if _, err := s.pc.BWReports(perftest.BWReport{}); err != nil {
-			return err
-		}
-	}
-	return s.pc.Close(&s.my[0])
+	return s.endExchange()
 }
 
 // end lets the client end its run (answering it until it closes, up to
