@@ -394,6 +394,10 @@ func TestDCQCNPacing(t *testing.T) {
 	if a.Stats().RateCuts.Load() != 1 || r < 5*gbps || r > 6*gbps {
 		t.Fatalf("after one cut: %d cuts, rate %d, want 1 cut to about 5.1 Gb/s", a.Stats().RateCuts.Load(), r)
 	}
+	// No increase runs here, so the lowest rate is the one after the cut.
+	if l := a.Stats().RateLowest.Load(); l != uint64(r) {
+		t.Errorf("RateLowest %d, want the rate after the cut, %d", l, r)
+	}
 	frame := int64(MaxFrameLen(MTU4096)) // about the data frames' size
 	got := at[200] - at[100]
 	want := wireTime(100*(frame+wireOverhead), r)

@@ -55,8 +55,8 @@ func (q *QP) paceRate(now time.Duration) int64 {
 	return r
 }
 
-// noteRate publishes q's rate in its stats and counts the cuts DCQCN
-// made since it had made cuts.
+// noteRate publishes q's rate (and the lowest it has had) in its stats
+// and counts the cuts DCQCN made since it had made cuts.
 func (q *QP) noteRate(cuts uint64) {
 	if n := q.rp.Cuts() - cuts; n > 0 {
 		q.e.stats.RateCuts.Add(n)
@@ -67,6 +67,9 @@ func (q *QP) noteRate(cuts uint64) {
 		r = q.rateLimit
 	}
 	q.stats.Rate.Store(uint64(r))
+	if l := q.stats.RateLowest.Load(); r > 0 && (l == 0 || uint64(r) < l) {
+		q.stats.RateLowest.Store(uint64(r))
+	}
 }
 
 // paced reports whether q must wait before its next data packet, and then

@@ -120,6 +120,9 @@ type Stats struct {
 	// or its static limit, the lower), 0 when it is not limited; the
 	// engine's is 0. It is updated as the QP sends or gets CNPs.
 	Rate atomic.Uint64
+	// RateLowest is, for a QP, the lowest nonzero Rate it has had, 0 when
+	// it was never limited.
+	RateLowest atomic.Uint64
 }
 
 // NewEngine returns an engine with no queue pairs.

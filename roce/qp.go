@@ -93,9 +93,9 @@ type PacketStats struct {
 	// Congestion control: CE-marked data frames received, CNPs sent and
 	// received, CNPs dropped as invalid, DCQCN rate cuts, and the rate the
 	// QP is paced at in bits/s (0: not limited; as of its latest packet or
-	// CNP).
+	// CNP) and the lowest it has been paced at (0: never limited).
 	RxCE, TxCNP, RxCNP, RxBadCNP, RateCuts uint64
-	Rate                                   uint64
+	Rate, RateLowest                       uint64
 }
 
 func packetStats(e *qp.Stats) PacketStats {
@@ -112,7 +112,7 @@ func packetStats(e *qp.Stats) PacketStats {
 		RxNotPeer: e.RxNotPeer.Load(), RxNoRecv: e.RxNoRecv.Load(), RxInvalid: e.RxInvalid.Load(),
 		RxOutOfSeq: e.RxOutOfSeq.Load(),
 		RxCE:       e.RxCE.Load(), TxCNP: e.TxCNP.Load(), RxCNP: e.RxCNP.Load(), RxBadCNP: e.RxBadCNP.Load(),
-		RateCuts: e.RateCuts.Load(), Rate: e.Rate.Load(),
+		RateCuts: e.RateCuts.Load(), Rate: e.Rate.Load(), RateLowest: e.RateLowest.Load(),
 	}
 }
 

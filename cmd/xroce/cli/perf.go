@@ -423,7 +423,7 @@ func (r *perfRun) test(ctx context.Context) error {
 		}
 	}
 	r.phase.Store("running")
-	defer r.reportCCAfter(r.startCCWatch())
+	defer r.reportCCAfter()
 	if o.test.verb == perftest.Send {
 		if err := r.barrier(o.timeout); err != nil {
 			return err

@@ -9,8 +9,6 @@ package cli
 import (
 	"flag"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/xroce/xroce/nic"
 )
@@ -46,64 +44,24 @@ func (r *perfRun) markCE(d *nic.Device) error {
 	return nil
 }
 
-// ccSample is how often the run's QPs' rates are sampled.
-const ccSample = time.Millisecond
-
-// ccWatch follows the lowest rate the run's QPs were paced at (DCQCN or a
-// rate limit), sampled every ccSample by one goroutine until Stop.
-type ccWatch struct {
-	lowest atomic.Uint64 // bits/s; 0: no QP was limited when sampled
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-// startCCWatch starts sampling the QPs' rates.
-func (r *perfRun) startCCWatch() *ccWatch {
-	c := &ccWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		t := time.NewTicker(ccSample)
-		defer t.Stop()
-		for {
-			for _, p := range r.qps {
-				if v := p.qp.Stats().Rate; v != 0 && (c.lowest.Load() == 0 || v < c.lowest.Load()) {
-					c.lowest.Store(v)
-				}
-			}
-			select {
-			case <-c.stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return c
-}
-
-// Stop ends the sampling and waits for it.
-func (c *ccWatch) Stop() {
-	close(c.stop)
-	<-c.done
-}
-
-// reportCCAfter stops c and prints the run's congestion control counters
-// to stderr, as xroce stat names them, when there are any (or --mark-ce
-// was given): CE-marked frames received, CNPs sent, received and dropped
-// as invalid, DCQCN's rate cuts, the lowest rate sampled and each QP's
+// reportCCAfter prints the run's congestion control counters to stderr,
+// as xroce stat names them, when there are any (or --mark-ce was given):
+// CE-marked frames received, CNPs sent, received and dropped as invalid,
+// DCQCN's rate cuts, the lowest rate any QP was paced at and each QP's
 // rate at the end (bits/s, 0: not limited), and with --mark-ce the frames
 // the XDP program marked.
-func (r *perfRun) reportCCAfter(c *ccWatch) {
-	c.Stop()
+func (r *perfRun) reportCCAfter() {
 	s := r.dev.Stats()
 	var now []uint64
-	limited := false
+	var low uint64 // nonzero once any QP was limited
 	for _, p := range r.qps {
-		v := p.qp.Stats().Rate
-		now = append(now, v)
-		limited = limited || v != 0
+		st := p.qp.Stats()
+		now = append(now, st.Rate)
+		if st.RateLowest != 0 && (low == 0 || st.RateLowest < low) {
+			low = st.RateLowest
+		}
 	}
-	low := c.lowest.Load()
-	if s.RxCE == 0 && s.TxCNP == 0 && s.RxCNP == 0 && s.RxBadCNP == 0 && s.RateCuts == 0 && low == 0 && !limited && r.xdpProg == nil {
+	if s.RxCE == 0 && s.TxCNP == 0 && s.RxCNP == 0 && s.RxBadCNP == 0 && s.RateCuts == 0 && low == 0 && r.xdpProg == nil {
 		return
 	}
 	line := fmt.Sprintf("perf: congestion control: rx_ce %d tx_cnp %d rx_cnp %d rx_bad_cnp %d rate_cuts %d rate_lowest %d rate_now %v",
