@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/xroce/xroce/bth"
@@ -18,6 +17,7 @@ import (
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/rogue"
 	"github.com/xroce/xroce/mad"
+	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/qp"
 )
 
@@ -166,28 +166,31 @@ func (s *cmSession) close() {
 }
 
 // cmNeighbor returns the local address towards host and host's Ethernet
-// address: with no TCP exchange to make the kernel resolve it, a UDP
-// datagram to the discard port does.
+// address: with no TCP exchange to make the kernel resolve it, nic's
+// resolver has the kernel do it (a datagram to the discard port).
 func cmNeighbor(ctx context.Context, o *conformOptions, host netip.Addr) (netip.Addr, [6]byte, error) {
-	var mac [6]byte
-	c, err := net.Dial("udp", net.JoinHostPort(host.String(), strconv.Itoa(9)))
+	r, err := nic.OpenResolver(o.dev)
 	if err != nil {
-		return netip.Addr{}, mac, err
+		return netip.Addr{}, [6]byte{}, err
 	}
-	defer c.Close()
-	la, _ := netip.ParseAddrPort(c.LocalAddr().String())
-	local := la.Addr().Unmap()
-	end := time.Now().Add(o.timeout)
-	for {
-		if mac, err = neighborMAC(o.dev, host); err == nil {
-			return local, mac, nil
-		}
-		if time.Now().After(end) || ctx.Err() != nil {
-			return local, mac, err
-		}
-		c.Write([]byte{0}) // the kernel resolves host's address to send it
-		time.Sleep(100 * time.Millisecond)
+	defer r.Close()
+	rctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	hop, err := r.Resolve(rctx, host)
+	if err != nil {
+		return netip.Addr{}, hop.MAC, err
 	}
+	local := hop.Src
+	if !local.IsValid() {
+		c, err := net.Dial("udp", net.JoinHostPort(host.String(), "9"))
+		if err != nil {
+			return netip.Addr{}, hop.MAC, err
+		}
+		la, _ := netip.ParseAddrPort(c.LocalAddr().String())
+		c.Close()
+		local = la.Addr().Unmap()
+	}
+	return local, hop.MAC, nil
 }
 
 // conformRunCM runs the responder checks against an rping server: a
