@@ -595,21 +595,16 @@ func (r *perfRun) cmClose(ok bool) {
 
 // cmLinger is how long the server lets the data QPs answer after its
 // run: a latency test's server ends when the client's last message has
-// arrived, but the client still waits for the ACK of it, and when that ACK
-// is lost only the QP can answer the retransmission, one local ACK
-// timeout later (perftest's server disconnects at once, and the client,
-// retrying forever with retry_cnt 7, hangs). So the server waits up to
-// three of its own ACK timeouts (the client's comes from the same REQ
-// fields), at least perfCMLinger and at most -timeout; a client that
-// disconnects ends the wait at once.
+// arrived, but the client still waits for the ACK of it (perftest's server
+// disconnects at once, and the client, retrying forever with retry_cnt 7,
+// hangs). So the server lingers (answerLinger), at least perfCMLinger and
+// at most -timeout; a client that disconnects ends the wait at once.
 func (r *perfRun) cmLinger() time.Duration {
-	d := perfCMLinger
-	for _, p := range r.qps {
-		if a, err := p.qp.Query(); err == nil && a.Timeout != 0 {
-			d = max(d, 3*(4096*time.Nanosecond<<a.Timeout))
-		}
+	qps := make([]*roce.QP, len(r.qps))
+	for i, p := range r.qps {
+		qps[i] = p.qp
 	}
-	return min(d, r.o.timeout)
+	return answerLinger(perfCMLinger, r.o.timeout, qps...)
 }
 
 // cmErr adds to err that the peer disconnected the data connections, when

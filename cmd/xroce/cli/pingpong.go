@@ -258,7 +258,41 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 			return fmt.Errorf("pingpong: -c: invalid data in %d of %d pages", len(bad), (o.size+ppPage-1)/ppPage)
 		}
 	}
+	lingerAnswering(ctx, s.qp)
 	return nil
+}
+
+// ppLingerFloor is the least time a pingpong side keeps its QPs answering
+// after its run (answerLinger), for QPs whose ACK timeout is infinite.
+const ppLingerFloor = 100 * time.Millisecond
+
+// lingerAnswering keeps the device open for answerLinger after a pingpong
+// run, so that the QPs still acknowledge the peer's retransmissions:
+// each side's run ends when its own last work request completes, which
+// says nothing of whether the ACK of the peer's last message arrived. The
+// exchange ends with the TCP connection, so nothing tells this side when
+// the peer is done; it waits the whole time, or until ctx ends.
+func lingerAnswering(ctx context.Context, qps ...*roce.QP) {
+	t := time.NewTimer(answerLinger(ppLingerFloor, time.Second, qps...))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// answerLinger is how long a side whose run has ended keeps qps answering
+// the peer: three of their local ACK timeouts (4.096 µs << Timeout; the
+// peer's come from the same attributes and it resends what it saw no ACK
+// for once per timeout), at least floor and at most ceiling.
+func answerLinger(floor, ceiling time.Duration, qps ...*roce.QP) time.Duration {
+	d := floor
+	for _, q := range qps {
+		if a, err := q.Query(); err == nil && a.Timeout != 0 {
+			d = max(d, 3*(4096*time.Nanosecond<<a.Timeout))
+		}
+	}
+	return min(d, ceiling)
 }
 
 // ppConnectOptions are rc_pingpong's attributes: max_rd_atomic and

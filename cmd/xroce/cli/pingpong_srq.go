@@ -88,6 +88,7 @@ func pingpongSRQ(ctx context.Context, e *env, o *pingpongOptions) error {
 			return fmt.Errorf("pingpong: -c: invalid data in %d of %d pages", len(bad), (o.size+ppPage-1)/ppPage)
 		}
 	}
+	lingerAnswering(ctx, s.qps...)
 	return nil
 }
 
