@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,12 +35,13 @@ import (
 var cmPeerTimeout = 30 * time.Second
 
 // testHookListen, when set, is called once a tool listens: tests start
-// the client then.
-var testHookListen func()
+// the client then. Atomic: a test's goroutine may call it while the test
+// sets it.
+var testHookListen atomic.Pointer[func()]
 
 func listening() {
-	if testHookListen != nil {
-		testHookListen()
+	if h := testHookListen.Load(); h != nil {
+		(*h)()
 	}
 }
 

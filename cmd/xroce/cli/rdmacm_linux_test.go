@@ -23,8 +23,9 @@ import (
 func listenHook(t *testing.T) <-chan struct{} {
 	t.Helper()
 	c := make(chan struct{}, 16)
-	testHookListen = func() { c <- struct{}{} }
-	t.Cleanup(func() { testHookListen = nil })
+	f := func() { c <- struct{}{} }
+	testHookListen.Store(&f)
+	t.Cleanup(func() { testHookListen.Store(nil) })
 	return c
 }
 

@@ -89,7 +89,7 @@ func TestRstream(t *testing.T) {
 				server = server[:1]
 				server = append(server, tc.args...)
 				listenHook(t)
-				go func() { time.Sleep(300 * time.Millisecond); testHookListen() }()
+				go func() { time.Sleep(300 * time.Millisecond); listening() }()
 			}
 			rs, rc := cmServerClient(t, p, server, client, 10*time.Second)
 			for who, r := range map[string]result{"server": rs, "client": rc} {
