@@ -17,9 +17,14 @@
 // system time of every thread, the kernel's copy-mode AF_XDP and veth work
 // included when it runs in that process's context. Softirq work that the
 // kernel defers to ksoftirqd is counted for neither side.
+//
+// With BENCHREPORT_PROFILE=dir each xroce side also writes a CPU profile
+// and an execution trace of its run into dir (client.cpu, client.trace,
+// server.cpu, server.trace).
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -82,10 +87,17 @@ func run(args []string) error {
 		return fmt.Errorf("-sizes: %w", err)
 	}
 	switch *role {
-	case "server":
-		return serve(*ctl, o)
-	case "client":
-		return client(*ctl, o)
+	case "server", "client":
+		stop, err := startProfile(*role)
+		if err != nil {
+			return err
+		}
+		if *role == "server" {
+			err = serve(*ctl, o)
+		} else {
+			err = client(*ctl, o)
+		}
+		return errors.Join(err, stop())
 	case "":
 	default:
 		return fmt.Errorf("unknown role %q", *role)
