@@ -60,24 +60,18 @@ type Config struct {
 	// XDP configures the AF_XDP sockets; Queues is filled in by Open. Set
 	// XDP.Steering to supply your own attached XDP program (Device.XDPProgram
 	// gives the one Open loaded, for example to inject loss with
-	// bpf.Program.SetLoss). XDP.Spin trades CPU for latency: measured on
-	// veth between two processes on 2 shared cores (internal/benchreport),
-	// 20 µs took the 8-byte RC latency p50 from about 30 µs to 7–8 µs at
-	// the same bandwidth; but with both devices in one process (or other
-	// busy goroutines) the spinning worker holds a P the others need, and
-	// ping-pong got 5× slower.
+	// bpf.Program.SetLoss). XDP.Spin trades CPU for latency: the
+	// goroutine that watches a link (recv.go) polls it that long before
+	// it sleeps. A spinning goroutine holds a P (and a core) that others
+	// may need, the peer's included when both run on one machine.
 	XDP xdp.Config
 	// AFPacket configures the AF_PACKET fallback.
 	AFPacket afpacket.Config
 
-	// BusyPoll makes the workers spin on their links instead of sleeping
-	// in Receive: lowest latency, one core per worker at 100%. Default:
-	// blocking mode.
+	// BusyPoll makes the workers spin on their links instead of sleeping:
+	// lowest latency, one core per worker at 100%. CQ.Wait then sleeps on
+	// the CQ's notification. Default: blocking mode.
 	BusyPoll bool
-	// NoPollProgress keeps CQ.Poll from calling Progress when it finds
-	// the CQ empty: only the workers' goroutines receive (unless the
-	// user calls Progress). Default: a goroutine that polls receives.
-	NoPollProgress bool
 	// Batch is the most frames a worker receives at once; 0 means 64.
 	Batch int
 	// MaxMR is the number of memory region slots (keys) of the device; 0
@@ -106,8 +100,8 @@ type Config struct {
 	// ResolveTimeout bounds Resolve's wait for ARP/NDP; 0 means 3 s.
 	ResolveTimeout time.Duration
 
-	// noGoroutines (tests) starts no worker goroutines: Progress does
-	// all the work.
+	// noGoroutines (tests) starts no worker goroutines and watches no
+	// descriptor: Progress does all the work.
 	noGoroutines bool
 }
 
@@ -168,6 +162,7 @@ type Device struct {
 	gids    []netip.Addr
 	local   []netip.Addr
 	epoch   time.Time
+	spin    time.Duration // Config.XDP.Spin
 	workers []*worker
 	closer  io.Closer // the xdp.Device or links to close after the workers stop
 	res     resolver
@@ -241,6 +236,7 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string)
 	d := &Device{
 		cfg:     cfg,
 		epoch:   time.Now(),
+		spin:    max(cfg.XDP.Spin, 0),
 		closer:  closer,
 		events:  make(chan Event, 256),
 		done:    make(chan struct{}),
@@ -267,7 +263,6 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config, datapath string)
 	}
 	for _, w := range d.workers {
 		if cfg.noGoroutines {
-			w.receiving.Store(false)
 			close(w.done)
 			continue
 		}
@@ -405,10 +400,14 @@ type Stats struct {
 	PinnedPages                                          int
 	LinkRxFrames, LinkTxFrames                           uint64 // frames the links moved
 	LinkRxBytes, LinkTxBytes                             uint64
-	// Frames and batches received by pollers (Progress, CQ.Poll) rather
-	// than by the workers' goroutines, and the times those goroutines
-	// parked while pollers received.
-	PolledFrames, PolledBatches, Parks uint64
+	// Frames and batches received by Progress callers, and by
+	// goroutines waiting in CQ.Wait that watched the link themselves
+	// (recv.go); Handovers counts the times such a waiter took the link
+	// over from the worker goroutine, Standbys the times that goroutine
+	// stood by for a waiter.
+	PolledFrames, PolledBatches uint64
+	WaiterFrames, WaiterBatches uint64
+	Handovers, Standbys         uint64
 }
 
 // Stats returns a snapshot of the device's counters.
@@ -454,7 +453,10 @@ func (d *Device) Stats() Stats {
 		s.Batches += w.batches.Load()
 		s.PolledFrames += w.polledFrames.Load()
 		s.PolledBatches += w.polledBatches.Load()
-		s.Parks += w.parks.Load()
+		s.WaiterFrames += w.waiterFrames.Load()
+		s.WaiterBatches += w.waiterBatches.Load()
+		s.Handovers += w.handovers.Load()
+		s.Standbys += w.standbys.Load()
 		s.LinkErrors += w.linkErrors.Load()
 		ls := w.link.Stats()
 		s.Links = append(s.Links, ls)

@@ -129,6 +129,7 @@ func (s *sendSink) Complete(wc *qp.WC) {
 		q.stats.lastErr.Store(uint32(wc.Status))
 		q.w.dirty = append(q.w.dirty, q)
 	}
+	q.w.completed = true
 	if !q.cfg.SendCQ.complete(wc) {
 		q.lostCompletion()
 	}
@@ -145,6 +146,7 @@ func (s *recvSink) Complete(wc *qp.WC) {
 		q.stats.recvOK.Add(1)
 		q.stats.recvBytes.Add(uint64(wc.ByteLen))
 	}
+	q.w.completed = true
 	if !q.cfg.RecvCQ.complete(wc) {
 		q.lostCompletion()
 	}

@@ -345,14 +345,16 @@ func BenchmarkVethWrite(b *testing.B) {
 	}
 }
 
-// BenchmarkVethPingPong/wait sleeps on the CQ's notification for each
-// completion, /spin spins on Poll (as ibv_rc_pingpong does).
+// BenchmarkVethPingPong/wait waits with CQ.Wait (the waiter watches the
+// socket and receives itself), /arm sleeps on the CQ's armed notification
+// (the worker goroutine receives and wakes it), /spin spins on Poll and
+// Progress (as ibv_rc_pingpong does).
 func BenchmarkVethPingPong(b *testing.B) {
-	for _, spin := range []bool{false, true} {
-		b.Run(map[bool]string{false: "wait", true: "spin"}[spin], func(b *testing.B) {
+	for _, how := range []string{waitWait, waitArm, waitSpin} {
+		b.Run(how, func(b *testing.B) {
 			da, db, _ := vethDevices(b, Config{Queues: 1}, false)
 			a, r := rcPair(b, da, db, 64)
-			benchPingPong(b, a, r, 64, spin)
+			benchPingPong(b, a, r, 64, how)
 		})
 	}
 }

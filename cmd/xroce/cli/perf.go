@@ -338,10 +338,9 @@ type perfRun struct {
 }
 
 func perf(ctx context.Context, e *env, o *perfOptions) error {
+	// Bandwidth tests wait in CQ.Wait (see waitCQ); latency tests
+	// busy-poll and receive themselves (pollCQ, waitWrite).
 	var cfg roce.Config
-	// Bandwidth tests wait as before, the device's goroutines receiving
-	// (see waitCQ); latency tests busy-poll and receive themselves.
-	cfg.NoPollProgress = !o.test.lat
 	dev, err := openDeviceConfig(o.dev, o.host, "perf", cfg)
 	if err != nil {
 		return err
@@ -880,15 +879,15 @@ func (r *perfRun) poll(ctx context.Context, cq *roce.CQ) (int, error) {
 var errNoCompletion = errors.New("no completion")
 
 // waitCQ waits for completions on cq until deadline: it polls
-// waitPolls times, yielding to other goroutines, then sleeps until the CQ
-// is notified, and so on. The bandwidth tests wait so, on a device whose
-// CQ.Poll does not receive (Config.NoPollProgress): their completions come
-// in streams the device's goroutines keep up with, beside the posting
-// goroutine. Busy-polling and receiving in the poller (pollCQ) measured no
-// better for them: on veth between two namespaces (load 6-7) BW average
-// 56-93 MB/s against 92-106 for write_bw 64 KiB, 78-110 against 105-127
-// for send_bw 4 KiB and 58-75 against 74-134 for read_bw 4 KiB; in the
-// interop VM's compare mode better in one run and worse in the next.
+// waitPolls times, yielding to other goroutines (the device's goroutine
+// among them, which receives meanwhile), then sleeps in CQ.Wait, which
+// receives in this goroutine, and so on. The bandwidth tests wait so:
+// their completions come in streams. Busy-polling and receiving in the
+// poller (pollCQ) measured no better for them: on veth between two
+// namespaces (load 6-7) BW average 56-93 MB/s against 92-106 for
+// write_bw 64 KiB, 78-110 against 105-127 for send_bw 4 KiB and 58-75
+// against 74-134 for read_bw 4 KiB; in the interop VM's compare mode
+// better in one run and worse in the next.
 func waitCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
 	for {
 		for range waitPolls {
