@@ -75,13 +75,24 @@ import (
 // post sends them with its own frames in one transmit (one system call on
 // AF_XDP) instead of two, the first of them on the way of the completion.
 // They leave with the next post or round on the worker, whoever makes it,
-// or at heldUntil (holdMax after they were held), when the worker
-// goroutine wakes for them: its deadline never passes heldUntil. The
-// worker goroutine itself never holds answers back.
+// or at heldUntil (holdMax after they were held) when the worker
+// goroutine wakes: its deadline, in every state, is never more than
+// idleTick away, so that holding answers back arms nothing (a delayed
+// ACK, as TCP's, bounded more tightly). The worker goroutine itself never
+// holds answers back.
+//
+// Listening: each watch is an epoll instance of its own holding the
+// socket, and the socket's POLLIN is switched on in it only while its
+// goroutine may sleep (watch.setInterest). The worker goroutine listens
+// while it is the watcher and sleeps; a taking-over waiter switches it
+// off (and clears what readiness it left), a leaving waiter switches it
+// on, which signals at once if frames came meanwhile. A waiter keeps
+// listening from one Wait to the next and stops when the goroutine takes
+// the link back. A goroutine that switches its own interest on looks at
+// the link once more before it sleeps.
 
-// holdMax bounds how long answers are held back. The netpoller ends a
-// sleep on a deadline with millisecond resolution.
-const holdMax = time.Millisecond
+// holdMax bounds how long answers are held back.
+const holdMax = idleTick
 
 // rx states; see the table above.
 const (
@@ -184,8 +195,8 @@ func (w *worker) flushLocked() {
 }
 
 // holdLocked leaves what the engine made ready in out, to go with the
-// next post or round, or at holdMax from now when the worker goroutine
-// wakes for it. mu is held.
+// next post or round, or at holdMax from now at the latest, when the
+// worker goroutine wakes (its deadline is never further). mu is held.
 func (w *worker) holdLocked(now time.Duration) {
 	if len(w.out.tx) == 0 {
 		return
@@ -193,21 +204,15 @@ func (w *worker) holdLocked(now time.Duration) {
 	if w.heldUntil == qp.Never {
 		w.heldUntil = now + holdMax
 	}
-	switch {
-	case w.wk != nil:
-		if w.heldUntil < w.kArmed {
-			w.armGoroutineLocked(w.heldUntil)
-		}
-	case w.heldUntil < time.Duration(w.sleepUntil.Load()) && w.sleeping.Load():
-		// The goroutine sleeps in WaitReceive past heldUntil.
-		w.link.Wakeup()
-	}
 }
 
-// armGoroutineLocked sets the deadline of the worker goroutine's sleep on
-// the link (qp.Never: none). mu is held.
-func (w *worker) armGoroutineLocked(t time.Duration) {
-	if t == w.kArmed {
+// armGoroutineLocked makes the worker goroutine's sleep on the link end
+// at t at the latest (qp.Never: no deadline needed). A deadline armed
+// earlier that has not passed is left alone (the goroutine then wakes
+// early, looks and arms again): re-arming costs the netpoller's timer
+// work, which a round trip should not pay. mu is held.
+func (w *worker) armGoroutineLocked(t, now time.Duration) {
+	if w.kArmed <= t && w.kArmed > now {
 		return
 	}
 	w.kArmed = t
@@ -239,34 +244,34 @@ func (w *worker) notifyWaiterLocked() {
 
 // watchable reports whether a waiter may sleep on the worker's link.
 func (w *worker) watchable() bool {
-	return w.wa != nil && w.watching.Load()
+	return w.wa != nil
 }
 
 // waitOn makes the calling goroutine the link's watcher until c holds a
 // completion, ctx is done or the device closes, and reports true; or, if
 // another waiter watches, returns false at once.
 func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
-	for {
-		s := w.rx.Load()
-		if s == rxWaiter {
-			return false
-		}
-		if w.rx.CompareAndSwap(s, rxWaiter) {
-			if s == rxWorker {
-				w.handovers.Add(1)
-			}
-			break
-		}
+	w.mu.Lock()
+	s := w.rx.Load()
+	if s == rxWaiter || w.stop {
+		w.mu.Unlock()
+		return false
 	}
+	w.rx.Store(rxWaiter)
+	if s == rxWorker {
+		w.handovers.Add(1)
+	}
+	// The goroutine may sleep on the link: it stops listening to it and
+	// sleeps on until its deadline, when it stands by.
+	w.wk.setInterest(false)
+	w.wk.clearReadiness()
+	w.mu.Unlock()
 	w.wcq, w.wctx = c, ctx
 	w.wdeadline, _ = ctx.Deadline()
 	c.watchCancel(ctx, w)
 	for !w.waiterDone() {
 		if _, err := w.wa.sleep(w.waiterFn); err != nil {
-			// The descriptor stopped polling (the socket was unbound):
-			// the goroutine takes over with link.Receive.
-			w.watching.Store(false)
-			break
+			break // closed
 		}
 		if time.Duration(w.deadline.Load()) <= w.d.now() {
 			// The engine is waiting for transmit buffers.
@@ -277,7 +282,12 @@ func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 	w.mu.Lock()
 	w.rx.Store(rxHandback)
 	if !w.stop {
-		w.armGoroutineLocked(w.watcherDeadlineLocked(w.d.now()))
+		// The goroutine sleeps on: make it listen to the link again
+		// (which signals at once if frames came since our last look)
+		// and wake by the watcher's deadline.
+		w.wk.setInterest(true)
+		now := w.d.now()
+		w.armGoroutineLocked(w.watcherDeadlineLocked(now), now)
 	}
 	w.mu.Unlock()
 	// A kick that saw rxWaiter poked us, not the goroutine.
@@ -295,46 +305,60 @@ func (w *worker) waiterDone() bool {
 
 // waiterReady is the waiter's callback on its watch (see watch.sleep): it
 // runs rounds while frames come and returns true when the waiter must
-// return, or arms the deadline and returns false to sleep.
+// return, or listens to the link, arms the deadline and returns false to
+// sleep.
 func (w *worker) waiterReady(uintptr) bool {
 	x := w.wa
 	x.asleep.Store(false)
+	w.mu.Lock()
+	x.setInterest(false)
 	var now time.Duration
 	for {
-		if w.waiterDone() {
-			return true
-		}
-		w.mu.Lock()
-		if w.stop {
+		if w.stop || w.waiterDone() {
 			w.mu.Unlock()
 			return true
 		}
 		now = w.d.now()
 		n, err := w.roundLocked(now, true)
-		w.mu.Unlock()
 		if err != nil {
+			w.mu.Unlock()
 			return true
 		}
-		if n == 0 {
-			break
+		if n > 0 {
+			w.waiterBatches.Add(1)
+			w.waiterFrames.Add(uint64(n))
+			w.mu.Unlock()
+			w.mu.Lock()
+			continue
 		}
-		w.waiterBatches.Add(1)
-		w.waiterFrames.Add(uint64(n))
-	}
-	if w.d.spin > 0 && w.spinWatcher(now) {
-		return true
+		if !x.interest {
+			if w.d.spin > 0 {
+				w.mu.Unlock()
+				if w.spinWatcher(now) {
+					return true
+				}
+				w.mu.Lock()
+			}
+			// Listen, then look once more: frames that came before
+			// may not signal.
+			x.setInterest(true)
+			continue
+		}
+		break
 	}
 	until := min(time.Duration(w.deadline.Load()), now+idleTick)
 	if until <= now {
+		w.mu.Unlock()
 		return true
 	}
 	at := w.d.epoch.Add(until)
 	if !w.wdeadline.IsZero() && w.wdeadline.Before(at) {
 		at = w.wdeadline
 	}
-	x.arm(at)
+	x.arm(at, w.d.epoch.Add(now))
 	w.sleepUntil.Store(int64(until))
 	x.asleep.Store(true)
+	w.mu.Unlock()
 	if w.pending.Load() || w.waiterDone() {
 		x.asleep.Store(false)
 		return true
@@ -366,35 +390,34 @@ func (w *worker) spinWatcher(now time.Duration) bool {
 
 // goroutineReady is the worker goroutine's callback on its watch (see
 // watch.sleep). As the watcher (rxWorker, or rxHandback, which it turns
-// into rxWorker) it runs rounds while frames come, then arms its deadline
-// and returns false to sleep, or true to be called again at once. While
-// a waiter watches it only sends answers held back past heldUntil, and
-// keeps off mu while the waiter works.
+// into rxWorker) it runs rounds while frames come, then listens to the
+// link, arms its deadline and returns false to sleep, or true to be
+// called again at once. While a waiter watches it does not listen to the
+// link: woken by its deadline, it sends answers held back past heldUntil
+// and sleeps again.
 func (w *worker) goroutineReady(uintptr) bool {
 	x := w.wk
 	x.asleep.Store(false)
+	w.mu.Lock()
+	x.setInterest(false)
 	for {
-		if w.stopping.Load() {
-			return true
-		}
-		if w.rx.Load() == rxWaiter {
-			w.standbys.Add(1)
-			if w.mu.TryLock() {
-				if w.heldUntil <= w.d.now() {
-					w.flushLocked()
-				}
-				w.armGoroutineLocked(w.heldUntil)
-				w.mu.Unlock()
-			}
-			break
-		}
-		w.mu.Lock()
 		if w.stop {
 			w.mu.Unlock()
 			return true
 		}
-		w.rx.CompareAndSwap(rxHandback, rxWorker)
 		now := w.d.now()
+		if w.rx.Load() == rxWaiter {
+			w.standbys.Add(1)
+			if w.heldUntil <= now {
+				w.flushLocked()
+			}
+			w.armGoroutineLocked(min(w.heldUntil, now+idleTick), now)
+			break
+		}
+		if w.rx.Load() == rxHandback {
+			w.rx.Store(rxWorker)
+			w.wa.setInterest(false)
+		}
 		n, err := w.roundLocked(now, false)
 		if err != nil {
 			w.mu.Unlock()
@@ -402,28 +425,35 @@ func (w *worker) goroutineReady(uintptr) bool {
 			return true
 		}
 		if n > 0 {
-			w.mu.Unlock()
 			w.batches.Add(1)
+			w.mu.Unlock()
+			w.mu.Lock()
 			continue
 		}
-		if w.d.spin > 0 {
-			w.mu.Unlock()
-			if w.spinWatcher(now) {
-				return true
+		if !x.interest {
+			if w.d.spin > 0 {
+				w.mu.Unlock()
+				if w.spinWatcher(now) {
+					return true
+				}
+				w.mu.Lock()
 			}
-			w.mu.Lock()
+			// Listen, then look once more: frames that came before
+			// may not signal.
+			x.setInterest(true)
+			continue
 		}
 		until := w.watcherDeadlineLocked(now)
 		if until <= now {
 			w.mu.Unlock()
 			return true
 		}
-		w.armGoroutineLocked(until)
+		w.armGoroutineLocked(until, now)
 		w.sleepUntil.Store(int64(until))
-		w.mu.Unlock()
 		break
 	}
 	x.asleep.Store(true)
+	w.mu.Unlock()
 	if w.pending.Load() && w.rx.Load() != rxWaiter || w.stopping.Load() {
 		x.asleep.Store(false)
 		return true
@@ -435,13 +465,7 @@ func (w *worker) goroutineReady(uintptr) bool {
 func (w *worker) runWatch() {
 	for !w.stopping.Load() {
 		if _, err := w.wk.sleep(w.goroutineFn); err != nil {
-			// The descriptor stopped polling: receive the old way.
-			w.watching.Store(false)
-			w.mu.Lock()
-			w.armGoroutineLocked(qp.Never)
-			w.mu.Unlock()
-			w.runReceive()
-			return
+			return // closed
 		}
 		w.mu.Lock()
 		w.kArmed = qp.Never // sleep cleared an expired deadline

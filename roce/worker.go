@@ -59,11 +59,8 @@ type worker struct {
 	concurrentTX bool // the link allows Transmit during Receive
 
 	// The netpoller watches of a link with a descriptor: the goroutine's
-	// and the waiters' (nil without a descriptor). watching is cleared
-	// when the descriptor stopped polling (the goroutine then uses
-	// link.Receive).
+	// and the waiters' (nil without a descriptor).
 	wk, wa   *watch
-	watching atomic.Bool
 	waiter   waitLink    // the link, if it waits without receiving and has no descriptor
 	sleeping atomic.Bool // the goroutine sleeps in WaitReceive or Receive
 	roundErr error       // the goroutine's last round's link error; owned by it
@@ -111,7 +108,6 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 				w.wk = nil
 			}
 		}
-		w.watching.Store(w.wk != nil)
 	}
 	if wl, ok := l.(waitLink); ok && w.wk == nil {
 		w.waiter = wl
@@ -176,7 +172,7 @@ func (w *worker) postedLocked(urgent bool) bool {
 
 // watcherAsleep reports whether the link's watcher sleeps.
 func (w *worker) watcherAsleep() bool {
-	if w.wk != nil && w.watching.Load() {
+	if w.wk != nil {
 		if w.rx.Load() == rxWaiter {
 			return w.wa.asleep.Load()
 		}
@@ -359,6 +355,9 @@ func (w *worker) shutdown() {
 	w.mu.Lock()
 	w.out.flush()
 	w.out.releaseStash()
+	if w.wk != nil {
+		w.wk.closed, w.wa.closed = true, true
+	}
 	w.mu.Unlock()
 	if w.wk != nil {
 		w.wk.close()
