@@ -180,11 +180,11 @@ func (c *CQ) ArmSolicited() <-chan struct{} {
 //
 // When the CQ's QPs all run on one worker whose link has a descriptor,
 // and no other goroutine waits on that link, the calling goroutine
-// becomes the link's watcher (see recv.go): it sleeps on the socket
-// through Go's netpoller and, when the kernel wakes it, receives and runs
-// the transport itself, so that a completion reaches it without waking
-// another goroutine first; it returns the link to the worker goroutine
-// when it returns. Otherwise it sleeps on the CQ's notification (Arm).
+// becomes the link's watcher (see recv.go): it sleeps on the socket itself
+// and, when the kernel wakes it, receives and runs the transport, so that
+// a completion reaches it without waking another goroutine first; it
+// returns the link to the worker goroutine when it returns. Otherwise it
+// sleeps on the CQ's notification (Arm).
 //
 // Wait allocates nothing with a context that cannot be cancelled, nor in
 // a loop of Waits given the same context (its cancellation is registered

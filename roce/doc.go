@@ -25,8 +25,8 @@
 // queue from a hash of the addresses and ports, the UDP source port among
 // them.
 //
-// The worker goroutine sleeps on its link (on the socket through Go's
-// netpoller when the link has a descriptor) until frames arrive, the
+// The worker goroutine sleeps on its link (in ppoll on the socket when
+// the link has a descriptor) until frames arrive, the
 // engine's next deadline (ACK timeouts, RNR waits) or a kick, then takes
 // a batch, gives it to the engine and transmits what the engine has
 // ready. Calls from other goroutines (posting, modifying) take the
@@ -41,11 +41,11 @@
 // takes them; one goroutine at a time, the watcher, sleeps on the link
 // and does that work when the kernel wakes it (recv.go has the state
 // table). A goroutine in CQ.Wait becomes the watcher of its QPs' link: it
-// sleeps on the AF_XDP (or AF_PACKET) socket itself and, woken, receives,
-// runs the transport and returns with the completion, one scheduler
-// hop from the kernel as for a TCP net.Conn, instead of the worker
-// goroutine's wake-up and then its own. The worker goroutine takes the
-// link back when the waiter returns, by a change of state alone.
+// sleeps on the AF_XDP (or AF_PACKET) socket itself and, woken by the
+// kernel, receives, runs the transport and returns with the completion,
+// instead of the worker goroutine's wake-up and then its own. The worker
+// goroutine takes the link back when the waiter returns, by a change of
+// state alone.
 //
 // A goroutine that busy-polls calls CQ.Poll, which only reads
 // completions, and when the CQ is empty CQ.Progress (or Device.Progress),

@@ -23,39 +23,40 @@ import (
 // link has one watcher at a time, named by the worker's rx state:
 //
 //	state       the watcher                          the worker goroutine
-//	rxWorker    the worker goroutine                 sleeps on the link; woken, runs rounds
-//	rxWaiter    a goroutine in CQ.Wait               sleeps on the link; woken, only sends
-//	                                                 answers held back past heldUntil
-//	rxHandback  the worker goroutine, once it wakes  sleeps on the link until the deadline
+//	rxWorker    the worker goroutine                 listens to the link; woken, runs rounds
+//	rxWaiter    a goroutine in CQ.Wait               does not listen; woken by its deadline,
+//	                                                 sends answers held back past heldUntil
+//	rxHandback  the worker goroutine, once it wakes  listens again, wakes by the deadline
 //	                                                 the leaving waiter armed, or frames
 //
 //	event                               from        to          action
-//	Wait on an empty CQ                 rxWorker    rxWaiter    —
-//	Wait on an empty CQ                 rxHandback  rxWaiter    —
+//	Wait on an empty CQ                 rxWorker    rxWaiter    the goroutine stops listening
+//	Wait on an empty CQ                 rxHandback  rxWaiter    the goroutine stops listening
 //	Wait on an empty CQ                 rxWaiter    rxWaiter    sleep on the CQ's notification instead
 //	the waiter's CQ has a completion,
-//	  its ctx ends, or Close            rxWaiter    rxHandback  arm the goroutine's deadline (timers,
-//	                                                            held answers); poke it if work is pending
+//	  its ctx ends, or Close            rxWaiter    rxHandback  the goroutine listens again (woken at
+//	                                                            once if frames came), its deadline
+//	                                                            armed; poked if work is pending
 //	the goroutine wakes                 rxHandback  rxWorker    it runs rounds
 //
-// Handing the link over is a change of state and nothing else: the worker
-// goroutine sleeps on the link in every state, so that after a waiter
-// leaves, the next frame (or the deadline the waiter armed) wakes it
-// without anybody waking it on the way. The price is that while a waiter
-// watches, a frame wakes both; the goroutine then looks at the state and
-// sleeps again.
+// Handing the link over and back is a change of state and of what the
+// sleeping worker goroutine listens to, and nothing else: nobody is woken
+// on the way. The goroutine sleeps on an epoll instance that holds the
+// socket (watch.go); the waiter switches the goroutine's interest in the
+// socket off when it takes the link and on when it leaves (epoll_ctl on
+// that instance), which wakes the goroutine at once if frames came
+// meanwhile, so that frames wake one goroutine, the watcher.
 //
-// A waiter sleeps on the link's socket through Go's netpoller (watch.go)
-// and, woken, receives and runs the engine itself: the message goes from
-// the kernel to the goroutine that waits for it in one scheduler hop, as
-// data does to a goroutine reading a TCP net.Conn, instead of waking the
-// worker goroutine which then wakes the waiter. While it watches it also
-// runs the engine's timers and the work other goroutines queue (kick).
-// Only links with a descriptor (fdLink) can be watched so, and only a CQ
-// whose QPs all run on one worker is waited for so; a Wait that cannot
-// watch (another goroutine watches, the CQ spans workers, the link has no
-// descriptor, Config.BusyPoll) sleeps on the CQ's notification while the
-// watcher works.
+// A waiter sleeps on the link's socket itself and, woken, receives and
+// runs the engine: the message goes from the kernel to the goroutine that
+// waits for it in one hop, as data does to a thread reading a TCP socket,
+// instead of waking the worker goroutine which then wakes the waiter.
+// While it watches it also runs the engine's timers and the work other
+// goroutines queue (kick). Only links with a descriptor (fdLink) can be
+// watched so, and only a CQ whose QPs all run on one worker is waited for
+// so; a Wait that cannot watch (another goroutine watches, the CQ spans
+// workers, the link has no descriptor, Config.BusyPoll) sleeps on the
+// CQ's notification while the watcher works.
 //
 // Without a descriptor the worker goroutine is always the watcher: over a
 // link that can wait without receiving (waitLink, link.Pipe) it sleeps in
@@ -80,16 +81,6 @@ import (
 // idleTick away, so that holding answers back arms nothing (a delayed
 // ACK, as TCP's, bounded more tightly). The worker goroutine itself never
 // holds answers back.
-//
-// Listening: each watch is an epoll instance of its own holding the
-// socket, and the socket's POLLIN is switched on in it only while its
-// goroutine may sleep (watch.setInterest). The worker goroutine listens
-// while it is the watcher and sleeps; a taking-over waiter switches it
-// off (and clears what readiness it left), a leaving waiter switches it
-// on, which signals at once if frames came meanwhile. A waiter keeps
-// listening from one Wait to the next and stops when the goroutine takes
-// the link back. A goroutine that switches its own interest on looks at
-// the link once more before it sleeps.
 
 // holdMax bounds how long answers are held back.
 const holdMax = idleTick
@@ -207,20 +198,28 @@ func (w *worker) holdLocked(now time.Duration) {
 }
 
 // armGoroutineLocked makes the worker goroutine's sleep on the link end
-// at t at the latest (qp.Never: no deadline needed). A deadline armed
-// earlier that has not passed is left alone (the goroutine then wakes
-// early, looks and arms again): re-arming costs the netpoller's timer
-// work, which a round trip should not pay. mu is held.
+// at t at the latest (qp.Never: no deadline needed), poking it if it
+// sleeps until later. A deadline armed earlier that has not passed is
+// left alone (the goroutine then wakes early, looks and arms again), so
+// that a round trip pays no poke. mu is held.
 func (w *worker) armGoroutineLocked(t, now time.Duration) {
 	if w.kArmed <= t && w.kArmed > now {
 		return
 	}
+	earlier := t < w.kArmed
 	w.kArmed = t
-	if t == qp.Never {
-		w.wk.f.SetReadDeadline(time.Time{})
-		return
+	if earlier && w.wk.asleep.Load() {
+		w.wk.poke()
 	}
-	w.wk.f.SetReadDeadline(w.d.epoch.Add(t))
+}
+
+// deadlineTime is the wall-clock time of engine time t (zero for
+// qp.Never), for a watch's deadline.
+func (w *worker) deadlineTime(t time.Duration) time.Time {
+	if t == qp.Never {
+		return time.Time{}
+	}
+	return w.d.epoch.Add(t)
 }
 
 // watcherDeadlineLocked is when the watcher must wake at the latest: the
@@ -257,6 +256,8 @@ func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 		w.mu.Unlock()
 		return false
 	}
+	w.waiters.Add(1)
+	defer w.waiters.Done()
 	w.rx.Store(rxWaiter)
 	if s == rxWorker {
 		w.handovers.Add(1)
@@ -264,15 +265,12 @@ func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 	// The goroutine may sleep on the link: it stops listening to it and
 	// sleeps on until its deadline, when it stands by.
 	w.wk.setInterest(false)
-	w.wk.clearReadiness()
 	w.mu.Unlock()
 	w.wcq, w.wctx = c, ctx
 	w.wdeadline, _ = ctx.Deadline()
 	c.watchCancel(ctx, w)
 	for !w.waiterDone() {
-		if _, err := w.wa.sleep(w.waiterFn); err != nil {
-			break // closed
-		}
+		w.wa.sleep(w.waiterFn)
 		if time.Duration(w.deadline.Load()) <= w.d.now() {
 			// The engine is waiting for transmit buffers.
 			runtime.Gosched()
@@ -307,11 +305,10 @@ func (w *worker) waiterDone() bool {
 // runs rounds while frames come and returns true when the waiter must
 // return, or listens to the link, arms the deadline and returns false to
 // sleep.
-func (w *worker) waiterReady(uintptr) bool {
+func (w *worker) waiterReady() bool {
 	x := w.wa
 	x.asleep.Store(false)
 	w.mu.Lock()
-	x.setInterest(false)
 	var now time.Duration
 	for {
 		if w.stop || w.waiterDone() {
@@ -331,20 +328,14 @@ func (w *worker) waiterReady(uintptr) bool {
 			w.mu.Lock()
 			continue
 		}
-		if !x.interest {
-			if w.d.spin > 0 {
-				w.mu.Unlock()
-				if w.spinWatcher(now) {
-					return true
-				}
-				w.mu.Lock()
-			}
-			// Listen, then look once more: frames that came before
-			// may not signal.
-			x.setInterest(true)
-			continue
-		}
 		break
+	}
+	if w.d.spin > 0 {
+		w.mu.Unlock()
+		if w.spinWatcher(now) {
+			return true
+		}
+		w.mu.Lock()
 	}
 	until := min(time.Duration(w.deadline.Load()), now+idleTick)
 	if until <= now {
@@ -355,7 +346,7 @@ func (w *worker) waiterReady(uintptr) bool {
 	if !w.wdeadline.IsZero() && w.wdeadline.Before(at) {
 		at = w.wdeadline
 	}
-	x.arm(at, w.d.epoch.Add(now))
+	x.arm(at)
 	w.sleepUntil.Store(int64(until))
 	x.asleep.Store(true)
 	w.mu.Unlock()
@@ -395,11 +386,10 @@ func (w *worker) spinWatcher(now time.Duration) bool {
 // called again at once. While a waiter watches it does not listen to the
 // link: woken by its deadline, it sends answers held back past heldUntil
 // and sleeps again.
-func (w *worker) goroutineReady(uintptr) bool {
+func (w *worker) goroutineReady() bool {
 	x := w.wk
 	x.asleep.Store(false)
 	w.mu.Lock()
-	x.setInterest(false)
 	for {
 		if w.stop {
 			w.mu.Unlock()
@@ -412,11 +402,11 @@ func (w *worker) goroutineReady(uintptr) bool {
 				w.flushLocked()
 			}
 			w.armGoroutineLocked(min(w.heldUntil, now+idleTick), now)
+			x.arm(w.deadlineTime(w.kArmed))
 			break
 		}
 		if w.rx.Load() == rxHandback {
 			w.rx.Store(rxWorker)
-			w.wa.setInterest(false)
 		}
 		n, err := w.roundLocked(now, false)
 		if err != nil {
@@ -430,18 +420,12 @@ func (w *worker) goroutineReady(uintptr) bool {
 			w.mu.Lock()
 			continue
 		}
-		if !x.interest {
-			if w.d.spin > 0 {
-				w.mu.Unlock()
-				if w.spinWatcher(now) {
-					return true
-				}
-				w.mu.Lock()
+		if w.d.spin > 0 {
+			w.mu.Unlock()
+			if w.spinWatcher(now) {
+				return true
 			}
-			// Listen, then look once more: frames that came before
-			// may not signal.
-			x.setInterest(true)
-			continue
+			w.mu.Lock()
 		}
 		until := w.watcherDeadlineLocked(now)
 		if until <= now {
@@ -449,6 +433,7 @@ func (w *worker) goroutineReady(uintptr) bool {
 			return true
 		}
 		w.armGoroutineLocked(until, now)
+		x.arm(w.deadlineTime(w.kArmed))
 		w.sleepUntil.Store(int64(until))
 		break
 	}
@@ -464,12 +449,7 @@ func (w *worker) goroutineReady(uintptr) bool {
 // runWatch is the worker goroutine's loop over a link with a descriptor.
 func (w *worker) runWatch() {
 	for !w.stopping.Load() {
-		if _, err := w.wk.sleep(w.goroutineFn); err != nil {
-			return // closed
-		}
-		w.mu.Lock()
-		w.kArmed = qp.Never // sleep cleared an expired deadline
-		w.mu.Unlock()
+		w.wk.sleep(w.goroutineFn)
 		if err := w.roundErr; err != nil {
 			w.roundErr = nil
 			if errors.Is(err, link.ErrClosed) {

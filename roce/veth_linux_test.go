@@ -230,6 +230,12 @@ func TestVethPeerVanishes(t *testing.T) {
 	}
 	want(t, a.cq, WCRDMAWrite, WCSuccess)
 	db.Close()
+	// The rest may have completed already: one more request after the
+	// close is sure to be in flight.
+	if err := a.qp.PostSend(&SendWR{ID: 8, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	for {
 		wc := wait(t, a.cq, 5*time.Second)

@@ -1,11 +1,10 @@
 package roce
 
 import (
-	"errors"
+	"encoding/binary"
 	"fmt"
-	"os"
+	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,81 +26,84 @@ type waitLink interface {
 	WaitReceive(timeout time.Duration) (bool, error)
 }
 
-// watch lets one goroutine sleep on a link's descriptor through Go's
-// netpoller, as a goroutine reading a net.Conn does: no thread sleeps in a
-// system call for it, and the netpoller makes it runnable when the kernel
-// signals the socket readable.
+// watch lets one goroutine at a time sleep on a link's descriptor, in a
+// blocking ppoll(2) on the socket (or on an epoll instance holding it)
+// and an eventfd, so that the kernel wakes the goroutine's thread itself
+// when frames arrive, as it wakes a thread reading a socket. It does not
+// use Go's netpoller, whose wake-ups measured slower on this path (see
+// the README's benchmarks).
 //
-// The socket is not given to the netpoller itself but registered, for
-// POLLIN only, in a private epoll instance, and that instance (which polls
-// readable when the socket does) is wrapped in an os.File. The interest in
-// the socket is switched on only while the watch's goroutine sleeps or is
-// about to (setInterest, under the worker's mu): a socket registered with
-// the netpoller for good wakes the netpoller's thread at every frame (and,
-// for POLLOUT, every transmit completion) even when no goroutine sleeps on
-// it, which on a busy link costs the sender's system call an inter-
-// processor wake-up per frame.
+// A switchable watch has the socket in an epoll instance of its own, for
+// POLLIN, whose interest another goroutine can switch on or off
+// (setInterest, under the worker's mu): it so makes a sleeping goroutine
+// start or stop listening to the link without waking it (ppoll polls the
+// epoll instance, which polls readable while the interest is on and
+// frames wait). Other watches poll the socket itself. Either way the
+// kernel registers the sleeper with the socket only during ppoll: a
+// watch costs nothing while its goroutine is awake. poke wakes the
+// sleeper through the eventfd.
 //
 // The goroutine calls sleep with a callback that does the receive work;
-// the callback runs before the goroutine parks and after each wake-up,
-// and returns true to make sleep return. The deadline set by arm ends the
-// sleep too (the engine's next timer), and poke ends it at once from any
-// goroutine.
+// the callback runs before the goroutine sleeps and after each wake-up,
+// and returns true to make sleep return; before it returns false it sets
+// the sleep's deadline with arm.
 type watch struct {
 	sock int // the link's descriptor, not ours
-	ep   int // the epoll instance f wraps
-	f    *os.File
-	rc   syscall.RawConn
+	ep   int // the epoll instance
+	efd  int // the eventfd poke writes
 	// interest says whether sock's POLLIN is on in ep, closed that the
-	// watch is being closed (ep must not be used); guarded by the
-	// worker's mu.
+	// watch's descriptors are being closed; guarded by the worker's mu.
 	interest, closed bool
 	ev               unix.EpollEvent
-	evs              [1]unix.EpollEvent
-	// armed is the deadline set on f, zero for none; owned by the
-	// goroutine that sleeps on the watch.
-	armed time.Time
+	one              [8]byte
+	// The sleeping goroutine's: its ppoll set, deadline (zero for
+	// none), timeout and eventfd read buffer.
+	pfd   [2]unix.PollFd
+	until time.Time
+	ts    unix.Timespec
+	buf   [8]byte
 	// asleep is set by the callback just before it lets the goroutine
-	// park, and cleared when the callback runs again: a goroutine that
+	// sleep, and cleared when the callback runs again: a goroutine that
 	// queues work for the sleeper pokes it only then.
 	asleep atomic.Bool
+	// fdMu orders pokes, which may come from any goroutine at any time
+	// (a context's end), before close.
+	fdMu     sync.RWMutex
+	fdClosed bool
 }
 
-// newWatch makes a watch of the descriptor sock, which stays its owner's.
-func newWatch(sock int, name string) (_ *watch, err error) {
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("watch link: epoll_create: %w", err)
+// newWatch makes a watch of the descriptor sock, which stays its owner's;
+// switchable says whether its interest can be switched (setInterest),
+// else it listens to the socket whenever it sleeps.
+func newWatch(sock int, switchable bool) (_ *watch, err error) {
+	x := &watch{sock: sock, ep: -1, efd: -1, ev: unix.EpollEvent{Fd: int32(sock)}}
+	defer func() {
+		if err != nil {
+			x.close()
+		}
+	}()
+	if x.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("watch link: eventfd: %w", err)
 	}
-	x := &watch{sock: sock, ep: ep, ev: unix.EpollEvent{Fd: int32(sock)}}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, sock, &x.ev); err != nil {
-		unix.Close(ep)
-		return nil, fmt.Errorf("watch link: epoll_ctl: %w", err)
-	}
-	if err := unix.SetNonblock(ep, true); err != nil {
-		unix.Close(ep)
-		return nil, fmt.Errorf("watch link: %w", err)
-	}
-	x.f = os.NewFile(uintptr(ep), name)
-	// A descriptor the netpoller cannot take has no deadlines.
-	if err := x.f.SetReadDeadline(time.Time{}); err != nil {
-		x.f.Close()
-		return nil, fmt.Errorf("watch link: %w", err)
-	}
-	if x.rc, err = x.f.SyscallConn(); err != nil {
-		x.f.Close()
-		return nil, fmt.Errorf("watch link: %w", err)
+	binary.NativeEndian.PutUint64(x.one[:], 1)
+	x.pfd = [2]unix.PollFd{{Fd: int32(sock), Events: unix.POLLIN}, {Fd: int32(x.efd), Events: unix.POLLIN}}
+	if switchable {
+		if x.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+			return nil, fmt.Errorf("watch link: epoll_create: %w", err)
+		}
+		if err := unix.EpollCtl(x.ep, unix.EPOLL_CTL_ADD, sock, &x.ev); err != nil {
+			return nil, fmt.Errorf("watch link: epoll_ctl: %w", err)
+		}
+		x.pfd[0].Fd = int32(x.ep)
 	}
 	return x, nil
 }
 
-// setInterest switches the watch's interest in the socket on or off.
-// Switching it on while frames wait signals the watch, unless readiness
-// from an earlier wake-up is still recorded in ep (clearReadiness clears
-// it); a goroutine that switches its own interest on looks at the link
-// once more before it sleeps. The worker's mu is held.
+// setInterest switches a switchable watch's interest in the socket on or
+// off. Switching it on while frames wait wakes the sleeper. The worker's
+// mu is held.
 func (x *watch) setInterest(on bool) {
-	if x.interest == on || x.closed {
+	if x.interest == on || x.closed || x.ep < 0 {
 		return
 	}
 	x.interest = on
@@ -112,54 +114,53 @@ func (x *watch) setInterest(on bool) {
 	unix.EpollCtl(x.ep, unix.EPOLL_CTL_MOD, x.sock, &x.ev)
 }
 
-// clearReadiness drops readiness ep recorded and nobody collected, so
-// that switching the interest on later signals if frames wait then. The
-// interest is off; the worker's mu is held.
-func (x *watch) clearReadiness() {
-	if !x.closed {
-		unix.EpollWait(x.ep, x.evs[:], 0)
-	}
-}
-
-// arm makes a sleep end at t at the latest; a deadline armed earlier
-// that has not passed by now is left alone (see armGoroutineLocked).
-func (x *watch) arm(t, now time.Time) {
-	if !x.armed.IsZero() && !x.armed.After(t) && x.armed.After(now) {
-		return
-	}
-	x.armed = t
-	x.f.SetReadDeadline(t)
-}
-
-// longAgo is the deadline poke sets: any time in the past ends a sleep.
-var longAgo = time.Unix(1, 0)
+// arm makes the coming sleep end at t at the latest; zero for never.
+// Called by the sleeping goroutine's callback.
+func (x *watch) arm(t time.Time) { x.until = t }
 
 // poke ends the current or next sleep on the watch at once.
 func (x *watch) poke() {
-	x.f.SetReadDeadline(longAgo)
+	x.fdMu.RLock()
+	if !x.fdClosed {
+		unix.Write(x.efd, x.one[:])
+	}
+	x.fdMu.RUnlock()
 }
 
-// sleep runs ready, and parks the goroutine until the watch polls
-// readable, the armed deadline passes or a poke, then runs ready again,
-// until ready returns true. It returns true then, or false when the sleep
-// ended on the deadline or a poke (ready has not run since the wake-up),
-// or the error that makes the watch unusable (it was closed).
-func (x *watch) sleep(ready func(uintptr) bool) (bool, error) {
-	err := x.rc.Read(ready)
-	if err == nil {
-		return true, nil
+// sleep runs ready, and sleeps until the socket polls readable (with the
+// interest on), the armed deadline passes or a poke, then runs ready
+// again, until ready returns true.
+func (x *watch) sleep(ready func() bool) {
+	for !ready() {
+		tsp := (*unix.Timespec)(nil)
+		if !x.until.IsZero() {
+			d := time.Until(x.until)
+			if d <= 0 {
+				continue
+			}
+			x.ts = unix.NsecToTimespec(int64(d))
+			tsp = &x.ts
+		}
+		x.pfd[0].Revents, x.pfd[1].Revents = 0, 0
+		n, _ := unix.Ppoll(x.pfd[:], tsp, nil)
+		if n > 0 && x.pfd[1].Revents != 0 {
+			unix.Read(x.efd, x.buf[:]) // reset the eventfd
+		}
 	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// Read refuses to start while the deadline is past: clear it,
-		// ready arms the next one.
-		x.armed = time.Time{}
-		x.f.SetReadDeadline(time.Time{})
-		return false, nil
-	}
-	return false, err
 }
 
-// close releases the epoll instance; a sleep in progress returns with an
-// error, and close waits for it (the worker's mu must not be held). Set
-// closed first, under the worker's mu.
-func (x *watch) close() error { return x.f.Close() }
+// close releases the watch's descriptors. Nobody may sleep on it or
+// use it again, but poke.
+func (x *watch) close() {
+	x.fdMu.Lock()
+	defer x.fdMu.Unlock()
+	x.fdClosed = true
+	if x.ep >= 0 {
+		unix.Close(x.ep)
+		x.ep = -1
+	}
+	if x.efd >= 0 {
+		unix.Close(x.efd)
+		x.efd = -1
+	}
+}

@@ -58,8 +58,8 @@ type worker struct {
 	direct       bool
 	concurrentTX bool // the link allows Transmit during Receive
 
-	// The netpoller watches of a link with a descriptor: the goroutine's
-	// and the waiters' (nil without a descriptor).
+	// The watches of a link with a descriptor: the goroutine's and the
+	// waiters' (nil without a descriptor).
 	wk, wa   *watch
 	waiter   waitLink    // the link, if it waits without receiving and has no descriptor
 	sleeping atomic.Bool // the goroutine sleeps in WaitReceive or Receive
@@ -71,7 +71,8 @@ type worker struct {
 	wctx      context.Context
 	wdeadline time.Time
 	// The watch callbacks, bound once (a method value allocates).
-	waiterFn, goroutineFn func(uintptr) bool
+	waiterFn, goroutineFn func() bool
+	waiters               sync.WaitGroup // goroutines in waitOn, for shutdown
 
 	// fmu guards fq and ffree: frames other workers received for our QPs,
 	// copied into buffers of ffree.
@@ -101,9 +102,8 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 		w.concurrentTX = true
 	}
 	if f, ok := l.(fdLink); ok && !d.cfg.noGoroutines && !d.cfg.BusyPoll {
-		name := fmt.Sprintf("%s-q%d", l.Info().Name, id)
-		if w.wk, err = newWatch(f.FD(), name); err == nil {
-			if w.wa, err = newWatch(f.FD(), name); err != nil {
+		if w.wk, err = newWatch(f.FD(), true); err == nil {
+			if w.wa, err = newWatch(f.FD(), false); err != nil {
 				w.wk.close()
 				w.wk = nil
 			}
@@ -115,6 +115,9 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	w.direct = !d.cfg.BusyPoll
 	w.waiterFn, w.goroutineFn = w.waiterReady, w.goroutineReady
 	w.heldUntil, w.kArmed = qp.Never, qp.Never
+	if w.wk != nil {
+		w.wk.setInterest(true) // the goroutine is the first watcher
+	}
 	w.deadline.Store(int64(qp.Never))
 	w.sleepUntil.Store(int64(qp.Never))
 	w.bufs = make([][]byte, d.cfg.Batch)
@@ -352,17 +355,16 @@ func (w *worker) shutdown() {
 	}
 	w.link.Wakeup()
 	<-w.done
+	w.waiters.Wait()
 	w.mu.Lock()
 	w.out.flush()
 	w.out.releaseStash()
 	if w.wk != nil {
 		w.wk.closed, w.wa.closed = true, true
-	}
-	w.mu.Unlock()
-	if w.wk != nil {
 		w.wk.close()
 		w.wa.close()
 	}
+	w.mu.Unlock()
 }
 
 // output is the engine's qp.Output over the worker's link: it hands out

@@ -51,6 +51,7 @@ type options struct {
 	skipTCP bool
 	only    string
 	spin    time.Duration
+	arm     bool
 	xspin   time.Duration
 	latSpin time.Duration
 	attach  string
@@ -67,6 +68,7 @@ func run(args []string) error {
 	skipTCP := fs.Bool("no-tcp", false, "skip iperf3 and sockperf")
 	only := fs.String("only", "", "run only tests whose name contains this (write, send, lat)")
 	spin := fs.Duration("spin", 0, "xroce latency test: poll the CQ this long before sleeping on it")
+	arm := fs.Bool("arm", false, "xroce: sleep on the CQ's armed notification (the device's goroutine receives) instead of in CQ.Wait (the waiting goroutine receives)")
 	xspin := fs.Duration("xdp-spin", -1, "xroce: how long the workers' Receive spins on the RX ring before sleeping (roce's default when < 0)")
 	latSpin := fs.Duration("lat-xdp-spin", 20*time.Microsecond, "xroce: also measure latency with the workers spinning this long (0: don't)")
 	attach := fs.String("attach", "", "xroce: XDP attach mode, driver or generic (default: driver where the driver has it)")
@@ -75,7 +77,7 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, xspin: *xspin, latSpin: *latSpin, attach: *attach}
+	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, arm: *arm, xspin: *xspin, latSpin: *latSpin, attach: *attach}
 	if o.dur <= 0 || o.dur > 30*time.Second {
 		return fmt.Errorf("-time %v out of range (0, 30s]", o.dur)
 	}

@@ -72,6 +72,7 @@ type endpoint struct {
 const recvDepth = 256
 
 func open(ifname string, o options) (*endpoint, error) {
+	armWait = o.arm
 	cfg := roce.Config{Queues: 1, BusyPoll: o.busy}
 	if o.xspin >= 0 {
 		cfg.XDP.Spin = o.xspin
@@ -133,9 +134,12 @@ func (e *endpoint) postRecv() error {
 	return e.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{e.mr.SGE(0, e.recvSize)}})
 }
 
+// armWait makes wait sleep on the CQ's armed notification (-arm).
+var armWait bool
+
 // wait waits for a completion on cq: it polls and receives itself
-// (Progress) for spin first, then sleeps in CQ.Wait until a completion or
-// the end of ctx (0, nil then).
+// (Progress) for spin first, then sleeps in CQ.Wait (or with -arm on the
+// CQ's notification) until a completion or the end of ctx (0, nil then).
 func wait(ctx context.Context, cq *roce.CQ, spin time.Duration, wcs []roce.WC) (int, error) {
 	var t0 time.Time
 	for {
@@ -155,6 +159,18 @@ func wait(ctx context.Context, cq *roce.CQ, spin time.Duration, wcs []roce.WC) (
 				cq.Progress()
 				continue
 			}
+		}
+		if armWait {
+			ch := cq.Arm()
+			if cq.Len() > 0 {
+				continue
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return 0, nil
+			}
+			continue
 		}
 		if err := cq.Wait(ctx); err != nil {
 			if ctx.Err() != nil {
