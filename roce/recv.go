@@ -28,6 +28,8 @@ import (
 //	                                                 sends answers held back past heldUntil
 //	rxHandback  the worker goroutine, once it wakes  listens again, wakes by the deadline
 //	                                                 the leaving waiter armed, or frames
+//	rxPolled    goroutines calling Progress          does not listen; wakes every idleTick,
+//	                                                 runs queued work, sends held answers
 //
 //	event                               from        to          action
 //	Wait on an empty CQ                 rxWorker    rxWaiter    the goroutine stops listening
@@ -38,6 +40,11 @@ import (
 //	                                                            once if frames came), its deadline
 //	                                                            armed; poked if work is pending
 //	the goroutine wakes                 rxHandback  rxWorker    it runs rounds
+//	Progress                            rxWorker,   rxPolled    the goroutine stops listening
+//	                                    rxHandback
+//	Wait on an empty CQ                 rxPolled    rxWaiter    —
+//	the goroutine's idleTick finds no
+//	  Progress since its last one       rxPolled    rxWorker    it listens and runs rounds
 //
 // Handing the link over and back is a change of state and of what the
 // sleeping worker goroutine listens to, and nothing else: nobody is woken
@@ -68,7 +75,11 @@ import (
 //
 // Device.Progress and CQ.Progress are the explicit way to receive without
 // sleeping: they run one round on each worker whose mu is free, whatever
-// the state, and change nothing in it.
+// the state. A goroutine that spins on them has no end the link could
+// see, so the worker goroutine, whose frames the spinner now takes (and
+// which would otherwise be woken by each of them, to compete with the
+// spinner for mu and the cores), stops listening and takes the link back
+// at its first idleTick wake-up with no Progress since the one before.
 //
 // Answers held back: a waiter or Progress that fed frames leaves what the
 // engine made ready (ACKs, responses, requests a window opening released)
@@ -90,6 +101,7 @@ const (
 	rxWorker int32 = iota
 	rxWaiter
 	rxHandback
+	rxPolled
 )
 
 // Progress lets the calling goroutine do the receive work of the device's
@@ -131,6 +143,11 @@ func (w *worker) progress() int {
 	if w.stop || w.inReceive {
 		w.mu.Unlock()
 		return 0
+	}
+	w.polls++
+	if s := w.rx.Load(); w.wk != nil && (s == rxWorker || s == rxHandback) {
+		w.rx.Store(rxPolled)
+		w.wk.setInterest(false)
 	}
 	n, _ := w.roundLocked(w.d.now(), true)
 	w.mu.Unlock()
@@ -396,16 +413,27 @@ func (w *worker) goroutineReady() bool {
 			return true
 		}
 		now := w.d.now()
-		if w.rx.Load() == rxWaiter {
+		s := w.rx.Load()
+		if s == rxPolled && w.polls == w.kPolls {
+			// Nobody polled since our last look: take the link back.
+			s = rxWorker
+			w.rx.Store(s)
+			x.setInterest(true)
+		}
+		if s == rxWaiter || s == rxPolled {
 			w.standbys.Add(1)
-			if w.heldUntil <= now {
+			w.kPolls = w.polls
+			switch {
+			case s == rxPolled && w.pending.Load():
+				w.roundLocked(now, false)
+			case w.heldUntil <= now:
 				w.flushLocked()
 			}
 			w.armGoroutineLocked(min(w.heldUntil, now+idleTick), now)
 			x.arm(w.deadlineTime(w.kArmed))
 			break
 		}
-		if w.rx.Load() == rxHandback {
+		if s == rxHandback {
 			w.rx.Store(rxWorker)
 		}
 		n, err := w.roundLocked(now, false)

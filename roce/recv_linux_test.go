@@ -315,3 +315,53 @@ func TestVethWaitHeldAnswersLeave(t *testing.T) {
 		t.Error("no frame received by a waiter")
 	}
 }
+
+// A goroutine that spins on Progress takes the link (the worker goroutine
+// stops listening); once it stops, the goroutine takes the link back at
+// an idle tick and receives again.
+func TestVethProgressTakesLink(t *testing.T) {
+	da, db, _ := vethDevices(t, Config{Queues: 1}, false)
+	a, b := rcPair(t, da, db, 128)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- ppSide(a, true, 500, spinWait(ctx, a.cq)) }()
+	go func() { errs <- ppSide(b, false, 500, spinWait(ctx, b.cq)) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := db.workers[0]
+	if s := w.rx.Load(); s != rxPolled {
+		t.Errorf("rx state %d while polled, want rxPolled", s)
+	}
+	if s := db.Stats(); s.PolledFrames == 0 {
+		t.Error("no frame polled")
+	}
+	// Nobody polls now: within two idle ticks the goroutine listens again.
+	time.Sleep(3 * idleTick)
+	if s := w.rx.Load(); s != rxWorker {
+		t.Errorf("rx state %d after the pollers stopped, want rxWorker", s)
+	}
+	before := db.Stats()
+	if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(64, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := b.cq.Arm()
+	if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no completion: the worker goroutine did not take the link back")
+	}
+	after := db.Stats()
+	for end := time.Now().Add(5 * time.Second); after.Batches == before.Batches && time.Now().Before(end); after = db.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	if after.Batches == before.Batches || after.PolledFrames != before.PolledFrames {
+		t.Errorf("goroutine batches %d → %d, polled frames %d → %d: want the goroutine's", before.Batches, after.Batches, before.PolledFrames, after.PolledFrames)
+	}
+}

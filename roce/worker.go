@@ -43,6 +43,8 @@ type worker struct {
 	completed bool          // the engine added completions since notifyWaiterLocked
 	heldUntil time.Duration // when answers held back in out must go at the latest (qp.Never: none held)
 	kArmed    time.Duration // the deadline armed on the goroutine's watch (qp.Never: none)
+	polls     uint64        // Progress rounds run; the goroutine's count at its last look is kPolls
+	kPolls    uint64
 
 	stopping atomic.Bool  // stop, readable without mu
 	rx       atomic.Int32 // who watches the link: rxWorker, rxWaiter, rxHandback (recv.go)
@@ -173,11 +175,15 @@ func (w *worker) postedLocked(urgent bool) bool {
 	return dl < time.Duration(w.sleepUntil.Load())
 }
 
-// watcherAsleep reports whether the link's watcher sleeps.
+// watcherAsleep reports whether the link's watcher sleeps (spinners in
+// Progress count as asleep: they may have stopped).
 func (w *worker) watcherAsleep() bool {
 	if w.wk != nil {
-		if w.rx.Load() == rxWaiter {
+		switch w.rx.Load() {
+		case rxWaiter:
 			return w.wa.asleep.Load()
+		case rxPolled:
+			return true
 		}
 		return w.wk.asleep.Load()
 	}
@@ -191,9 +197,10 @@ func (w *worker) kick() {
 	w.wake()
 }
 
-// wake ends the sleep of the link's watcher. A waiter that leaves looks
-// at pending after it hands the link back (recv.go), so that a wake-up
-// meant for it reaches the goroutine.
+// wake ends the sleep of the link's watcher (the worker goroutine while
+// goroutines poll: they may have stopped). A waiter that leaves looks at
+// pending after it hands the link back (recv.go), so that a wake-up meant
+// for it reaches the goroutine.
 func (w *worker) wake() {
 	if w.wk != nil {
 		x := w.wk
