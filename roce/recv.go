@@ -620,7 +620,8 @@ func (w *worker) runReceive() {
 }
 
 // runBusy is the worker goroutine's loop with Config.BusyPoll: rounds
-// without sleeping.
+// without sleeping. After an empty round it yields, so that user calls
+// waiting for mu, or for the P, get them between its looks.
 func (w *worker) runBusy() {
 	for {
 		w.mu.Lock()
@@ -632,9 +633,11 @@ func (w *worker) runBusy() {
 		w.mu.Unlock()
 		if n > 0 {
 			w.batches.Add(1)
+			continue
 		}
 		if errors.Is(err, link.ErrClosed) {
 			return
 		}
+		runtime.Gosched()
 	}
 }
