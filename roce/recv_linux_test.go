@@ -43,7 +43,15 @@ func TestVethWaitWatches(t *testing.T) {
 	}
 
 	// Nobody waits in Wait now: the worker goroutine receives.
-	before := db.Stats()
+	goroutineReceives(t, a, b)
+}
+
+// goroutineReceives sends a message from a to b, whose goroutine sleeps on
+// the CQ's armed notification, and checks that b's worker goroutine
+// received it (neither a waiter nor Progress).
+func goroutineReceives(t *testing.T, a, b *side) {
+	t.Helper()
+	before := b.d.Stats()
 	if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(64, 64)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +69,11 @@ func TestVethWaitWatches(t *testing.T) {
 		t.Fatalf("completion %+v", wc[0])
 	}
 	// The goroutine counts its batch after the round that completed it.
-	after := db.Stats()
-	for end := time.Now().Add(5 * time.Second); after.Batches == before.Batches && time.Now().Before(end); after = db.Stats() {
+	after := b.d.Stats()
+	for end := time.Now().Add(5 * time.Second); after.Batches == before.Batches && time.Now().Before(end); after = b.d.Stats() {
 		time.Sleep(time.Millisecond)
 	}
-	if after.WaiterFrames != before.WaiterFrames || after.Batches == before.Batches {
+	if after.WaiterFrames != before.WaiterFrames || after.PolledFrames != before.PolledFrames || after.Batches == before.Batches {
 		t.Errorf("waiter frames %d → %d, goroutine batches %d → %d, polled %d → %d, link frames %d → %d: want the goroutine's",
 			before.WaiterFrames, after.WaiterFrames, before.Batches, after.Batches,
 			before.PolledFrames, after.PolledFrames, before.LinkRxFrames, after.LinkRxFrames)
@@ -344,24 +352,5 @@ func TestVethProgressTakesLink(t *testing.T) {
 	if s := w.rx.Load(); s != rxWorker {
 		t.Errorf("rx state %d after the pollers stopped, want rxWorker", s)
 	}
-	before := db.Stats()
-	if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(64, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	ch := b.cq.Arm()
-	if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ch:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no completion: the worker goroutine did not take the link back")
-	}
-	after := db.Stats()
-	for end := time.Now().Add(5 * time.Second); after.Batches == before.Batches && time.Now().Before(end); after = db.Stats() {
-		time.Sleep(time.Millisecond)
-	}
-	if after.Batches == before.Batches || after.PolledFrames != before.PolledFrames {
-		t.Errorf("goroutine batches %d → %d, polled frames %d → %d: want the goroutine's", before.Batches, after.Batches, before.PolledFrames, after.PolledFrames)
-	}
+	goroutineReceives(t, a, b)
 }
