@@ -404,7 +404,7 @@ type Stats struct {
 	// goroutines waiting in CQ.Wait that watched the link themselves
 	// (recv.go); Handovers counts the times such a waiter took the link
 	// over from the worker goroutine, Standbys the times that goroutine
-	// stood by for a waiter.
+	// woke (for its deadline) while a waiter or Progress callers had it.
 	PolledFrames, PolledBatches uint64
 	WaiterFrames, WaiterBatches uint64
 	Handovers, Standbys         uint64
