@@ -566,6 +566,11 @@ func (l *Link) recv(bufs [][]byte) (int, error) {
 	return out, nil
 }
 
+// FD returns the socket's descriptor, for waiting until it polls
+// readable (poll(2), or Go's netpoller on a duplicate) and then calling
+// Receive with a zero timeout. It is non-blocking; do not read from it.
+func (l *Link) FD() int { return l.fd }
+
 // Wakeup makes a waiting Receive return, or the next one not wait.
 func (l *Link) Wakeup() {
 	l.stateMu.RLock()

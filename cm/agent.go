@@ -205,13 +205,19 @@ func (a *Agent) run() {
 		if n > 0 {
 			continue
 		}
+		// Arm, then look again: a completion between the Poll above
+		// and Arm fires nothing.
+		notify := a.cq.Arm()
+		if a.cq.Len() > 0 {
+			continue
+		}
 		wait := time.Hour
 		if next != Never {
 			wait = max(next-a.now(), 0)
 		}
 		timer.Reset(wait)
 		select {
-		case <-a.cq.Notify():
+		case <-notify:
 		case <-timer.C:
 		case <-a.kick:
 		case <-a.stop:

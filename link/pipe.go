@@ -596,6 +596,21 @@ func (r *PipeEnd) next() (int64, bool) {
 // Receive implements Link. Frames become deliverable at their delivery time
 // by the pipe's clock; they are delivered in order of that time.
 func (e *PipeEnd) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
+	return e.receive(bufs, timeout, false)
+}
+
+// WaitReceive waits as Receive does, up to timeout, until a frame is
+// deliverable, and reports true then, without taking it; it reports false
+// on timeout or Wakeup. A goroutine can so sleep outside a lock and
+// receive with Receive(bufs, 0) under it.
+func (e *PipeEnd) WaitReceive(timeout time.Duration) (bool, error) {
+	n, err := e.receive(nil, timeout, true)
+	return n > 0, err
+}
+
+// receive is Receive, or WaitReceive with peek (then it returns 1 when a
+// frame is deliverable).
+func (e *PipeEnd) receive(bufs [][]byte, timeout time.Duration, peek bool) (int, error) {
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -613,7 +628,10 @@ func (e *PipeEnd) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		}
 		n := 0
 		var bytes uint64
-		for n < len(bufs) && len(e.queue) > 0 && e.queue[0].at <= now {
+		if peek && len(e.queue) > 0 && e.queue[0].at <= now {
+			n = 1
+		}
+		for !peek && n < len(bufs) && len(e.queue) > 0 && e.queue[0].at <= now {
 			fl := e.pop()
 			e.state[fl.buf] = bufUser
 			bufs[n] = e.buffer(fl.buf, int(fl.size))
@@ -623,11 +641,13 @@ func (e *PipeEnd) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		next, pending := e.next()
 		p.mu.Unlock()
 		if n > 0 {
-			e.rxFrames.Add(uint64(n))
-			e.rxBytes.Add(bytes)
+			if !peek {
+				e.rxFrames.Add(uint64(n))
+				e.rxBytes.Add(bytes)
+			}
 			return n, nil
 		}
-		if timeout == 0 || len(bufs) == 0 || e.wake.Swap(false) {
+		if timeout == 0 || len(bufs) == 0 && !peek || e.wake.Swap(false) {
 			return 0, nil
 		}
 		// Sleep until a frame may be deliverable, something arrives, a

@@ -703,6 +703,43 @@ func TestPipeReceiveBlocking(t *testing.T) {
 	})
 }
 
+// WaitReceive waits like Receive (a frame, its delivery time, a Wakeup,
+// the timeout) and takes nothing.
+func TestPipeWaitReceive(t *testing.T) {
+	a, b := NewPipe(PipeConfig{AtoB: Faults{Delay: 30 * time.Millisecond}})
+	if ok, err := b.WaitReceive(0); ok || err != nil {
+		t.Fatalf("WaitReceive(0) on an idle pipe = %v, %v", ok, err)
+	}
+	start := time.Now()
+	if ok, err := b.WaitReceive(20 * time.Millisecond); ok || err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("WaitReceive(20ms) on an idle pipe = %v, %v after %v", ok, err, time.Since(start))
+	}
+	send(t, a, 9, 64)
+	start = time.Now()
+	if ok, err := b.WaitReceive(-1); !ok || err != nil || time.Since(start) < 25*time.Millisecond {
+		t.Fatalf("WaitReceive of a 30ms-delayed frame = %v, %v after %v", ok, err, time.Since(start))
+	}
+	if ok, _ := b.WaitReceive(0); !ok {
+		t.Fatal("WaitReceive took the frame")
+	}
+	bufs := make([][]byte, 4)
+	if n, _ := b.Receive(bufs, 0); n != 1 || seqOf(bufs[0]) != 9 {
+		t.Fatalf("Receive after WaitReceive = %d", n)
+	}
+	b.Release(bufs[:1])
+	b.Wakeup()
+	if ok, err := b.WaitReceive(time.Minute); ok || err != nil {
+		t.Fatalf("WaitReceive after Wakeup = %v, %v", ok, err)
+	}
+	if s := b.Stats(); s.RxFrames != 1 {
+		t.Errorf("RxFrames = %d, want 1", s.RxFrames)
+	}
+	b.Close()
+	if _, err := b.WaitReceive(-1); err != ErrClosed {
+		t.Errorf("WaitReceive after Close: %v", err)
+	}
+}
+
 func TestPipeClose(t *testing.T) {
 	a, b := NewPipe(PipeConfig{AtoB: Faults{Delay: time.Hour}})
 	bufs := make([][]byte, 4)

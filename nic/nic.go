@@ -52,9 +52,9 @@ type Config struct {
 	// XDP configures the AF_XDP sockets; Open fills in XDP.Queues. Set
 	// XDP.Steering to supply your own attached XDP program
 	// (Device.XDPProgram gives the one Open loaded, for example to inject
-	// loss with bpf.Program.SetLoss). XDP.Spin trades CPU for latency: a
-	// spinning worker holds a processor other goroutines of the process
-	// may need (the README's benchmarks show both sides).
+	// loss with bpf.Program.SetLoss). XDP.Spin, when Device.Spin is 0,
+	// becomes Device.Spin: the goroutine watching a socket polls it that
+	// long before it sleeps.
 	XDP xdp.Config
 	// AFPacket configures the AF_PACKET socket.
 	AFPacket afpacket.Config

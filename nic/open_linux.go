@@ -85,6 +85,9 @@ func Open(ifname string, cfg Config) (_ *Device, err error) {
 		return nil, err
 	}
 	dc := cfg.Device
+	if dc.Spin == 0 {
+		dc.Spin = cfg.XDP.Spin
+	}
 	if len(dc.Addrs) == 0 {
 		addrs, err := netlink.AddrList(nl, netlink.FAMILY_ALL)
 		if err != nil {

@@ -66,27 +66,66 @@ func TestPollAllocs(t *testing.T) {
 	}
 }
 
-func TestNotifySolicited(t *testing.T) {
+// ArmSolicited fires for a solicited message only, once per arming.
+func TestArmSolicited(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 64)
+	for i := range 3 {
+		b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}})
+	}
+	sol := b.cq.ArmSolicited()
+	a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
+	want(t, b.cq, WCRecv, WCSuccess)
+	select {
+	case <-sol:
+		t.Fatal("solicited notification for an unsolicited message")
+	default:
+	}
+	a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendSolicited, SGL: []SGE{a.mr.SGE(0, 8)}})
+	select {
+	case <-sol:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no solicited notification")
+	}
+	if wc := want(t, b.cq, WCRecv, WCSuccess); !wc.Solicited {
+		t.Fatalf("completion %+v not marked solicited", wc)
+	}
+	// Fired once: a second solicited message without re-arming is not
+	// notified.
+	a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendSolicited, SGL: []SGE{a.mr.SGE(0, 8)}})
+	want(t, b.cq, WCRecv, WCSuccess)
+	select {
+	case <-sol:
+		t.Fatal("notification without arming again")
+	default:
+	}
+}
+
+// Arm fires once for the next completion after it, not for one before.
+func TestArm(t *testing.T) {
 	da, db := pipeDevices(t, 1, noFaults, Config{})
 	a, b := rcPair(t, da, db, 64)
 	for i := range 2 {
 		b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}})
 	}
 	a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
-	want(t, b.cq, WCRecv, WCSuccess)
-	select {
-	case <-b.cq.NotifySolicited():
-		t.Fatal("solicited notification for an unsolicited message")
-	default:
+	for b.cq.Len() == 0 {
+		time.Sleep(time.Millisecond)
 	}
-	a.qp.PostSend(&SendWR{Opcode: WRSend, Flags: SendSolicited, SGL: []SGE{a.mr.SGE(0, 8)}})
+	ch := b.cq.Arm()
 	select {
-	case <-b.cq.NotifySolicited():
+	case <-ch:
+		t.Fatal("notification for a completion added before Arm")
+	case <-time.After(20 * time.Millisecond):
+	}
+	a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
+	select {
+	case <-ch:
 	case <-time.After(5 * time.Second):
-		t.Fatal("no solicited notification")
+		t.Fatal("no notification")
 	}
-	if wc := want(t, b.cq, WCRecv, WCSuccess); !wc.Solicited {
-		t.Fatalf("completion %+v not marked solicited", wc)
+	if b.cq.Len() != 2 {
+		t.Fatalf("%d completions, want 2", b.cq.Len())
 	}
 }
 

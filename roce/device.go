@@ -37,14 +37,15 @@ var (
 // Config configures NewDevice (and package nic's Open). The zero value
 // gives the defaults.
 type Config struct {
-	// BusyPoll makes the workers spin on their links instead of sleeping
-	// in Receive: lowest latency, one core per worker at 100%. Default:
-	// blocking mode.
+	// BusyPoll makes the workers spin on their links instead of sleeping:
+	// lowest latency, one core per worker at 100%. CQ.Wait then sleeps on
+	// the CQ's notification. Default: blocking mode.
 	BusyPoll bool
-	// NoPollProgress keeps CQ.Poll from calling Progress when it finds
-	// the CQ empty: only the workers' goroutines receive (unless the
-	// user calls Progress). Default: a goroutine that polls receives.
-	NoPollProgress bool
+	// Spin trades CPU for latency: the goroutine that watches a link
+	// (recv.go) polls it that long before it sleeps. A spinning goroutine
+	// holds a P (and a core) that others may need, the peer's included
+	// when both run on one machine. Package nic sets it from XDP.Spin.
+	Spin time.Duration
 	// Batch is the most frames a worker receives at once; 0 means 64.
 	Batch int
 	// MaxMR is the number of memory region slots (keys) of the device; 0
@@ -91,8 +92,8 @@ type Config struct {
 	// XDP program, and the Resolver. nil: the links are closed.
 	Closer io.Closer
 
-	// noGoroutines (tests) starts no worker goroutines: Progress does
-	// all the work.
+	// noGoroutines (tests) starts no worker goroutines and watches no
+	// descriptor: Progress does all the work.
 	noGoroutines bool
 }
 
@@ -144,6 +145,7 @@ type Device struct {
 	gids    []netip.Addr
 	local   []netip.Addr
 	epoch   time.Time
+	spin    time.Duration // Config.Spin
 	workers []*worker
 	closer  io.Closer // Config.Closer or the links, closed after the workers stop
 	mrs     mrTable
@@ -221,6 +223,7 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config) (*Device, error)
 	d := &Device{
 		cfg:     cfg,
 		epoch:   time.Now(),
+		spin:    max(cfg.Spin, 0),
 		closer:  closer,
 		events:  make(chan Event, 256),
 		done:    make(chan struct{}),
@@ -246,7 +249,6 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config) (*Device, error)
 	}
 	for _, w := range d.workers {
 		if cfg.noGoroutines {
-			w.receiving.Store(false)
 			close(w.done)
 			continue
 		}
@@ -384,10 +386,14 @@ type Stats struct {
 	PinnedPages                                          int
 	LinkRxFrames, LinkTxFrames                           uint64 // frames the links moved
 	LinkRxBytes, LinkTxBytes                             uint64
-	// Frames and batches received by pollers (Progress, CQ.Poll) rather
-	// than by the workers' goroutines, and the times those goroutines
-	// parked while pollers received.
-	PolledFrames, PolledBatches, Parks uint64
+	// Frames and batches received by Progress callers, and by
+	// goroutines waiting in CQ.Wait that watched the link themselves
+	// (recv.go); Handovers counts the times such a waiter took the link
+	// over from the worker goroutine, Standbys the times that goroutine
+	// woke (for its deadline) while a waiter or Progress callers had it.
+	PolledFrames, PolledBatches uint64
+	WaiterFrames, WaiterBatches uint64
+	Handovers, Standbys         uint64
 	// Congestion control: CE-marked data frames received, CNPs sent and
 	// received, CNPs dropped as invalid, DCQCN rate cuts.
 	RxCE, TxCNP, RxCNP, RxBadCNP, RateCuts uint64
@@ -441,7 +447,10 @@ func (d *Device) Stats() Stats {
 		s.Batches += w.batches.Load()
 		s.PolledFrames += w.polledFrames.Load()
 		s.PolledBatches += w.polledBatches.Load()
-		s.Parks += w.parks.Load()
+		s.WaiterFrames += w.waiterFrames.Load()
+		s.WaiterBatches += w.waiterBatches.Load()
+		s.Handovers += w.handovers.Load()
+		s.Standbys += w.standbys.Load()
 		s.LinkErrors += w.linkErrors.Load()
 		ls := w.link.Stats()
 		s.Links = append(s.Links, ls)

@@ -13,7 +13,7 @@
 // in-memory link.NewPipe in tests; Info says which kind of link and mode
 // it got.
 //
-// Each link has one worker goroutine that owns it and a qp.Engine. QPs are
+// Each link has a worker: a qp.Engine and a goroutine. QPs are
 // sharded to workers by QP number (QPN modulo the number of workers; QPs on
 // an SRQ share its worker); a frame that arrives on another queue than its
 // QP's is copied to the right worker (woken once per batch of them). A QP's
@@ -26,34 +26,37 @@
 // queue from a hash of the addresses and ports, the UDP source port among
 // them.
 //
-// The worker loop receives a batch with a timeout that ends at the
-// engine's next deadline (ACK timeouts, RNR waits), gives it to the
-// engine, transmits what the engine has ready, and sleeps again. Calls from other goroutines (posting, modifying) take the
-// worker's lock, which it holds for each batch and not per packet, and wake
-// it only when it sleeps. Config.BusyPoll makes the workers spin instead.
+// The worker goroutine sleeps on its link (in ppoll on the socket when
+// the link has a descriptor) until frames arrive, the
+// engine's next deadline (ACK timeouts, RNR waits) or a kick, then takes
+// a batch, gives it to the engine and transmits what the engine has
+// ready. Calls from other goroutines (posting, modifying) take the
+// worker's lock, which is held for each batch and not per packet; a post
+// runs the engine and transmits itself when it may, and wakes the worker
+// only when it has to. Config.BusyPoll makes the workers spin instead.
 //
-// # Polling receives: caller-driven progress
+// # Receiving in the waiting goroutine
 //
-// A goroutine that busy-polls a CQ, as ibv_rc_pingpong and perftest wait
-// by default, does the receive work itself: CQ.Poll that finds the CQ
-// empty calls Device.Progress, which takes a batch from each idle worker's
-// link without waiting, runs the transport on it and transmits the
-// answers, so that a message reaches the poller without a worker
-// goroutine's wakeup on the way. On a small machine, where a spinning
-// poller and the workers compete for the cores, that wakeup is most of
-// the latency (and spinning while the workers starve is worse than
-// sleeping). Progress is also the way to wait for what completes nothing
-// locally, such as an RDMA WRITE landing in a buffer.
+// Whoever holds the worker's lock may take frames off the link (without
+// waiting) and run the transport, so frames reach it in order whoever
+// takes them; one goroutine at a time, the watcher, sleeps on the link
+// and does that work when the kernel wakes it (recv.go has the state
+// table). A goroutine in CQ.Wait becomes the watcher of its QPs' link: it
+// sleeps on the AF_XDP (or AF_PACKET) socket itself and, woken by the
+// kernel, receives, runs the transport and returns with the completion,
+// instead of the worker goroutine's wake-up and then its own. The worker
+// goroutine takes the link back when the waiter returns, by a change of
+// state alone.
 //
-// Only one goroutine receives from a link at a time, so frames reach the
-// transport in order: a worker whose link is wanted by pollers hands it
-// over after its current batch and parks; it still runs timers and the
-// work of user calls, and takes the link back when a poller sleeps
-// (CQ.Wait, CQ.Notify) or, at its next look (1 to 10 ms apart), when
-// nobody has polled for a millisecond. A poller holds back the ACKs of
-// what it received until its next call (or its next post, which sends
-// them along with its own frames in one transmit).
-// Config.NoPollProgress leaves CQ.Poll to look at the CQ only.
+// A goroutine that busy-polls calls CQ.Poll, which only reads
+// completions, and when the CQ is empty CQ.Progress (or Device.Progress),
+// which receives a batch on the link in the calling goroutine: as
+// ibv_rc_pingpong and perftest wait by default, without any goroutine's
+// wake-up on the way of a message. Progress is also the way to wait for
+// what completes nothing locally, such as an RDMA WRITE landing in a
+// buffer. A waiter or poller holds back the ACKs of what it received
+// until its next call (or its next post, which sends them along with its
+// own frames in one transmit), 1 ms at most.
 //
 // # Resources
 //
@@ -71,9 +74,9 @@
 // because package qp resolves memory for every packet and keeps none.
 // Keys are looked up by the workers without locks.
 //
-// CQs are rings filled by the workers: Poll copies completions into the
-// caller's slice without allocating, Wait blocks with a context, Notify
-// gives a channel. A full CQ counts the lost completions and raises
+// CQs are rings filled by the transport: Poll copies completions into the
+// caller's slice without allocating, Wait blocks with a context, Arm
+// arms a one-shot notification channel (ibv_req_notify_cq). A full CQ counts the lost completions and raises
 // EventCQError on Events; it never drops them silently.
 //
 // # Addresses and connections

@@ -3,6 +3,7 @@ package roce
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -108,5 +109,56 @@ func TestPipeOps(t *testing.T) {
 	}
 	if s := a.qp.Stats(); s.SendCompletions != 8*5+3 || s.SendErrors != 0 {
 		t.Fatalf("sender's QP stats %+v, want 43 send completions", s)
+	}
+}
+
+// A list of work requests is posted in order under one call; a refused
+// one stops the list, the ones before it posted, its index in the error.
+func TestPostList(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 256)
+	recv := func(i int) *RecvWR { return &RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(64*i, 64)}} }
+	if err := b.qp.PostRecv(recv(0), recv(1), recv(2)); err != nil {
+		t.Fatal(err)
+	}
+	send := func(i int) *SendWR {
+		a.buf[i] = byte(10 + i)
+		return &SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(i, 1)}}
+	}
+	if err := a.qp.PostSend(send(0), send(1), send(2)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if wc := want(t, b.cq, WCRecv, WCSuccess); wc.ID != uint64(i) || b.buf[64*i] != byte(10+i) {
+			t.Fatalf("receive %d: completion %+v, byte %d", i, wc, b.buf[64*i])
+		}
+		if wc := want(t, a.cq, WCSend, WCSuccess); wc.ID != uint64(i) {
+			t.Fatalf("send %d: completion %+v", i, wc)
+		}
+	}
+	// Too many SGEs (the default is 4) in the second request.
+	bad := &SendWR{ID: 9, Opcode: WRSend, SGL: make([]SGE, 5)}
+	err := a.qp.PostSend(send(0), bad, send(2))
+	if err == nil || !strings.Contains(err.Error(), "request 1 of 3") {
+		t.Fatalf("list with a bad request: %v", err)
+	}
+	if err := b.qp.PostRecv(recv(0)); err != nil {
+		t.Fatal(err)
+	}
+	if wc := want(t, a.cq, WCSend, WCSuccess); wc.ID != 0 {
+		t.Fatalf("completion %+v: want the request before the bad one", wc)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		b.qp.PostRecv(&RecvWR{SGL: []SGE{b.mr.SGE(0, 64)}}, &RecvWR{SGL: []SGE{b.mr.SGE(64, 64)}})
+		a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 1)}}, &SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(1, 1)}})
+		var wc [2]WC
+		for got := 0; got < 2; {
+			got += b.cq.Poll(wc[:])
+			if got < 2 {
+				waitArmed(b.cq)
+			}
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per list of two sends and two receives", n)
 	}
 }

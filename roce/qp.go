@@ -142,6 +142,7 @@ func (s *sendSink) Complete(wc *qp.WC) {
 		q.stats.lastErr.Store(uint32(wc.Status))
 		q.w.dirty = append(q.w.dirty, q)
 	}
+	q.w.completed = true
 	if !q.cfg.SendCQ.complete(wc) {
 		q.lostCompletion()
 	}
@@ -158,6 +159,7 @@ func (s *recvSink) Complete(wc *qp.WC) {
 		q.stats.recvOK.Add(1)
 		q.stats.recvBytes.Add(uint64(wc.ByteLen))
 	}
+	q.w.completed = true
 	if !q.cfg.RecvCQ.complete(wc) {
 		q.lostCompletion()
 	}
@@ -414,11 +416,15 @@ func (q *QP) State() QPState {
 	return q.q.State()
 }
 
-// PostSend posts a send work request (ibv_post_send); the SGL is copied.
-// The memory it names must stay registered until the request completes
-// (Dereg refuses until then). Bad keys or ranges complete with an error
-// status, as in verbs.
-func (q *QP) PostSend(wr *SendWR) error {
+// PostSend posts send work requests in order (ibv_post_send); their SGLs
+// are copied. The memory they name must stay registered until they
+// complete (Dereg refuses until then). Bad keys or ranges complete with
+// an error status, as in verbs. A request the queue refuses (full, bad
+// opcode or SGL) stops the list: the ones before it are posted, and the
+// error names its index when there are several (ibv_post_send's bad_wr).
+// The requests are handed to the transport under one lock, and what they
+// make ready leaves in one transmit.
+func (q *QP) PostSend(wrs ...*SendWR) error {
 	w := q.w
 	w.mu.Lock()
 	if err := q.gone(); err != nil {
@@ -426,23 +432,35 @@ func (q *QP) PostSend(wr *SendWR) error {
 		return fmt.Errorf("post send on qp %#x: %w", q.qpn, err)
 	}
 	idle := q.q.SendQueued() == 0
-	err := q.q.PostSend(wr)
-	kick := true
-	if err == nil {
+	var err error
+	n := 0
+	for ; n < len(wrs); n++ {
+		if err = q.q.PostSend(wrs[n]); err != nil {
+			break
+		}
+	}
+	kick := false
+	if n > 0 {
 		kick = w.postedLocked(idle)
 	}
 	w.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	if kick {
 		w.kick()
 	}
-	return nil
+	return postErr(err, n, len(wrs))
 }
 
-// PostRecv posts a receive work request (ibv_post_recv); the SGL is copied.
-func (q *QP) PostRecv(wr *RecvWR) error {
+// postErr is the error of a post that stopped at request i of n.
+func postErr(err error, i, n int) error {
+	if err == nil || n == 1 {
+		return err
+	}
+	return fmt.Errorf("request %d of %d: %w", i, n, err)
+}
+
+// PostRecv posts receive work requests in order (ibv_post_recv); their
+// SGLs are copied. As PostSend, a refused request stops the list.
+func (q *QP) PostRecv(wrs ...*RecvWR) error {
 	w := q.w
 	w.mu.Lock()
 	if err := q.gone(); err != nil {
@@ -453,19 +471,22 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		w.mu.Unlock()
 		return fmt.Errorf("post recv on qp %#x: it uses an SRQ: %w", q.qpn, ErrState)
 	}
-	err := q.q.PostRecv(wr)
-	kick := true
-	if err == nil {
+	var err error
+	n := 0
+	for ; n < len(wrs); n++ {
+		if err = q.q.PostRecv(wrs[n]); err != nil {
+			break
+		}
+	}
+	kick := false
+	if n > 0 {
 		kick = w.postedLocked(false)
 	}
 	w.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	if kick {
 		w.kick()
 	}
-	return nil
+	return postErr(err, n, len(wrs))
 }
 
 // Destroy destroys the QP (ibv_destroy_qp): it leaves the engine at once,
@@ -596,8 +617,9 @@ func (s *SRQ) Arm(limit int) error {
 	return nil
 }
 
-// PostRecv posts a receive request to the SRQ (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *RecvWR) error {
+// PostRecv posts receive requests to the SRQ in order
+// (ibv_post_srq_recv); as QP.PostSend, a refused request stops the list.
+func (s *SRQ) PostRecv(wrs ...*RecvWR) error {
 	w := s.w
 	w.mu.Lock()
 	if s.dead || w.stop {
@@ -607,13 +629,18 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 		}
 		return fmt.Errorf("post srq recv: %w", ErrDestroyed)
 	}
-	err := s.s.PostRecv(wr)
-	w.mu.Unlock()
-	if err != nil {
-		return err
+	var err error
+	n := 0
+	for ; n < len(wrs); n++ {
+		if err = s.s.PostRecv(wrs[n]); err != nil {
+			break
+		}
 	}
-	w.kick()
-	return nil
+	w.mu.Unlock()
+	if n > 0 {
+		w.kick()
+	}
+	return postErr(err, n, len(wrs))
 }
 
 // Len returns the number of requests waiting in the SRQ.

@@ -1,11 +1,10 @@
 package roce
 
 import (
+	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/bits"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,43 +14,67 @@ import (
 )
 
 // worker owns one link and the engine of the QPs sharded to it (QPN modulo
-// the number of workers). Its goroutine receives a batch, feeds the
-// engine, sends what the engine has ready and sleeps in Receive until the
-// engine's next deadline or a Wakeup. Other goroutines (the users' calls)
-// take mu to reach the engine between batches; over a link that allows it
-// (AF_XDP) they then run the engine and transmit themselves, and kick the
-// worker only when they armed a deadline earlier than its wakeup; over
-// other links they kick it to do the sending.
-//
-// Pollers (Device.Progress, CQ.Poll) receive too: while one polls, the
-// goroutine hands the link over after its batch and parks (progress.go),
-// so that only one goroutine receives at a time and batches reach the
-// engine in the order they left the link.
+// the number of workers). Frames are taken off the link, and the engine
+// run, by whoever holds mu: the worker goroutine, a goroutine waiting in
+// CQ.Wait that watches the link, a goroutine calling Progress, or a user
+// call that posts (recv.go says who sleeps on the link and when). Over a
+// link that can wait without receiving (a descriptor, or WaitReceive)
+// every use of the link happens under mu, so a user call that posted runs
+// the engine and transmits itself; over any other link the goroutine
+// sleeps inside Receive, and user calls transmit themselves only if the
+// link allows it (ConcurrentTransmit), else they kick the goroutine.
 type worker struct {
 	d    *Device
 	id   int
 	link link.Link
 
 	// mu guards the engine and its QPs and SRQs (eng, qps, srqs, armed,
-	// dirty) and out; the worker holds it for each batch, user calls for
-	// each call.
-	mu    sync.Mutex
-	eng   *qp.Engine
-	out   output
-	qps   map[uint32]*QP
-	armed []*SRQ // SRQs with a limit armed
-	dirty []*QP  // QPs with an error completion to look at after the batch
-	stop  bool   // set by shutdown
+	// dirty), out, bufs, inReceive, completed, heldUntil and kArmed; it
+	// is held for each round and each user call, not per packet.
+	mu        sync.Mutex
+	eng       *qp.Engine
+	out       output
+	qps       map[uint32]*QP
+	armed     []*SRQ // SRQs with a limit armed
+	dirty     []*QP  // QPs with an error completion to look at after the batch
+	stop      bool   // set by shutdown
+	bufs      [][]byte
+	inReceive bool          // the goroutine is in link.Receive (runReceive)
+	completed bool          // the engine added completions since notifyWaiterLocked
+	heldUntil time.Duration // when answers held back in out must go at the latest (qp.Never: none held)
+	kArmed    time.Duration // the deadline armed on the goroutine's watch (qp.Never: none)
+	polls     uint64        // Progress rounds run; the goroutine's count at its last look is kPolls
+	kPolls    uint64
 
-	sleeping atomic.Bool // in a Receive that may wait
-	pending  atomic.Bool // a user call queued work since the last batch
-	// With a link that allows it (ConcurrentTransmit), a user call runs
-	// the engine and transmits itself, and wakes the worker only when the engine's next deadline (deadline)
-	// comes before the time the worker sleeps until (sleepUntil). Both
-	// are engine times; qp.Never for none.
-	direct     bool
+	stopping atomic.Bool  // stop, readable without mu
+	rx       atomic.Int32 // who watches the link: rxWorker, rxWaiter, rxHandback (recv.go)
+	pending  atomic.Bool  // a user call queued work for the watcher
+	// deadline is the engine's next deadline and sleepUntil the time
+	// the sleeping watcher wakes at the latest (engine times; qp.Never
+	// for none): a user call that ran the engine kicks the watcher only
+	// when it armed a deadline earlier than that.
 	deadline   atomic.Int64
 	sleepUntil atomic.Int64
+	// direct: user calls may run the engine and transmit themselves
+	// (not with Config.BusyPoll, whose goroutine is always awake).
+	direct       bool
+	concurrentTX bool // the link allows Transmit during Receive
+
+	// The watches of a link with a descriptor: the goroutine's and the
+	// waiters' (nil without a descriptor).
+	wk, wa   *watch
+	waiter   waitLink    // the link, if it waits without receiving and has no descriptor
+	sleeping atomic.Bool // the goroutine sleeps in WaitReceive or Receive
+	roundErr error       // the goroutine's last round's link error; owned by it
+	kbufs    [][]byte    // the goroutine's receive batch in link.Receive; owned by it
+	// The watching waiter's CQ, context and context deadline; written
+	// by the waiter when it takes the watch (rx), read by it.
+	wcq       *CQ
+	wctx      context.Context
+	wdeadline time.Time
+	// The watch callbacks, bound once (a method value allocates).
+	waiterFn, goroutineFn func() bool
+	waiters               sync.WaitGroup // goroutines in waitOn, for shutdown
 
 	// fmu guards fq and ffree: frames other workers received for our QPs,
 	// copied into buffers of ffree.
@@ -60,33 +83,17 @@ type worker struct {
 	ffree [][]byte
 	fwork [][]byte // fq taken by inputForwarded; guarded by mu
 
-	bufs  [][]byte // the goroutine's receive batch, owned by it
-	pbufs [][]byte // the pollers' receive batch, guarded by mu
 	local [][]byte // input's frames for this worker, guarded by mu
 
-	// Caller-driven progress. receiving, written under mu, says that the
-	// goroutine owns the link's receive side: it may be in Receive, or
-	// hold frames it has not fed yet. While it is clear the goroutine
-	// parks (sleeping and parked set, on park and timer) and pollers
-	// receive under mu. polled is the engine time of the latest poll
-	// (noPoll when a poller went to sleep): the goroutine parks after a
-	// batch if someone polled less than pollLease before, and takes the
-	// link back when nobody has polled for pollLease.
-	receiving atomic.Bool
-	parked    atomic.Bool
-	polled    atomic.Int64
-	park      chan struct{} // wakes the parked goroutine; capacity 1
-	timer     *time.Timer   // the parked goroutine's; owned by it
-	leaseLen  time.Duration // how long it parks at most; owned by it
-
-	forwarded, fwdDropped, txDropped, batches, linkErrors atomic.Uint64
-	polledFrames, polledBatches, parks                    atomic.Uint64
+	forwarded, fwdDropped, txDropped, batches, linkErrors    atomic.Uint64
+	polledFrames, polledBatches, waiterFrames, waiterBatches atomic.Uint64
+	handovers, standbys                                      atomic.Uint64
 
 	done chan struct{}
 }
 
 func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
-	w := &worker{d: d, id: id, link: l, qps: make(map[uint32]*QP), done: make(chan struct{}), park: make(chan struct{}, 1)}
+	w := &worker{d: d, id: id, link: l, qps: make(map[uint32]*QP), done: make(chan struct{})}
 	w.out = output{l: l, w: w, stash: make([][]byte, 64), tx: make([][]byte, 0, 64)}
 	eng, err := qp.NewEngine(qp.EngineConfig{Out: &w.out, LocalIPs: d.local, PortMTU: d.info.ActiveMTU, MaxInflight: d.cfg.MaxInflight,
 		LineRate: d.cfg.LineRate, PaceBurst: d.cfg.PaceBurst, CC: d.cfg.CC})
@@ -94,18 +101,30 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 		return nil, fmt.Errorf("roce: worker %d: %w", id, err)
 	}
 	w.eng = eng
-	if link.ConcurrentTransmit(l) && !d.cfg.BusyPoll {
-		w.direct = true
+	if link.ConcurrentTransmit(l) {
+		w.concurrentTX = true
+	}
+	if f, ok := l.(fdLink); ok && !d.cfg.noGoroutines && !d.cfg.BusyPoll {
+		if w.wk, err = newWatch(f.FD(), true); err == nil {
+			if w.wa, err = newWatch(f.FD(), false); err != nil {
+				w.wk.close()
+				w.wk = nil
+			}
+		}
+	}
+	if wl, ok := l.(waitLink); ok && w.wk == nil {
+		w.waiter = wl
+	}
+	w.direct = !d.cfg.BusyPoll
+	w.waiterFn, w.goroutineFn = w.waiterReady, w.goroutineReady
+	w.heldUntil, w.kArmed = qp.Never, qp.Never
+	if w.wk != nil {
+		w.wk.setInterest(true) // the goroutine is the first watcher
 	}
 	w.deadline.Store(int64(qp.Never))
 	w.sleepUntil.Store(int64(qp.Never))
-	w.polled.Store(noPoll)
-	w.leaseLen = pollLease
-	w.receiving.Store(true)
-	w.timer = time.NewTimer(time.Hour)
-	w.timer.Stop()
 	w.bufs = make([][]byte, d.cfg.Batch)
-	w.pbufs = make([][]byte, d.cfg.Batch)
+	w.kbufs = make([][]byte, d.cfg.Batch)
 	w.local = make([][]byte, 0, d.cfg.Batch)
 	if nlinks > 1 {
 		mf := l.Info().MaxFrame
@@ -120,140 +139,89 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	return w, nil
 }
 
+// run is the worker goroutine.
+func (w *worker) run() {
+	defer close(w.done)
+	switch {
+	case w.d.cfg.BusyPoll:
+		w.runBusy()
+	case w.wk != nil:
+		w.runWatch()
+	case w.waiter != nil:
+		w.runWait()
+	default:
+		w.runReceive()
+	}
+}
+
 // postedLocked is called, with mu held, after a user call queued work. If
-// the link allows it and the worker sleeps, or urgent is set (the request
-// starts an idle send queue: someone waits for it), the caller runs the
-// engine and transmits what is ready itself, saving the worker's wakeup
-// (or its next turn) on the way of the frames. Otherwise the worker, awake
-// anyway, sends it with whatever else is ready: one transmit call for many
-// frames. It reports whether the worker must still be kicked.
-//
-// While pollers receive (receiving is clear) the goroutine does not touch
-// the link without mu, so the caller may transmit over any link.
+// the caller may use the link (direct, and the goroutine is not inside
+// a Receive that forbids it) and the watcher sleeps, or urgent is set (the
+// request starts an idle send queue: someone waits for it), the caller
+// runs the engine and transmits what is ready itself, saving the
+// watcher's wake-up (or its next turn) on the way of the frames; this
+// also sends what a round held back. Otherwise the watcher, awake anyway,
+// sends it with whatever else is ready: one transmit call for many
+// frames. It reports whether the watcher must still be kicked.
 func (w *worker) postedLocked(urgent bool) bool {
-	if w.stop || !w.direct && w.receiving.Load() || !urgent && !w.sleeping.Load() {
+	if w.stop || !w.direct || w.inReceive && !w.concurrentTX || !urgent && !w.watcherAsleep() {
 		return true
 	}
-	dl := w.eng.Poll(w.d.now())
+	now := w.d.now()
+	dl := w.eng.Poll(now)
 	w.deadline.Store(int64(dl))
-	w.out.flush()
+	w.flushLocked()
 	w.afterBatch()
+	w.notifyWaiterLocked()
 	return dl < time.Duration(w.sleepUntil.Load())
 }
 
-// kick tells the worker that a user call queued work: it wakes the worker
-// if it sleeps in Receive or parks.
+// watcherAsleep reports whether the link's watcher sleeps (spinners in
+// Progress count as asleep: they may have stopped).
+func (w *worker) watcherAsleep() bool {
+	if w.wk != nil {
+		switch w.rx.Load() {
+		case rxWaiter:
+			return w.wa.asleep.Load()
+		case rxPolled:
+			return true
+		}
+		return w.wk.asleep.Load()
+	}
+	return w.sleeping.Load()
+}
+
+// kick tells the watcher that a user call queued work: it wakes the
+// watcher if it sleeps.
 func (w *worker) kick() {
 	w.pending.Store(true)
-	if w.sleeping.Load() {
-		if w.parked.Load() {
-			w.unpark()
-		} else {
-			w.link.Wakeup()
+	w.wake()
+}
+
+// wake ends the sleep of the link's watcher (the worker goroutine while
+// goroutines poll: they may have stopped). A waiter that leaves looks at
+// pending after it hands the link back (recv.go), so that a wake-up meant
+// for it reaches the goroutine.
+func (w *worker) wake() {
+	if w.wk != nil {
+		x := w.wk
+		if w.rx.Load() == rxWaiter {
+			x = w.wa
+		}
+		if x.asleep.Load() {
+			x.poke()
 		}
 	}
-}
-
-// unpark wakes the parked goroutine, or makes its next park return at
-// once.
-func (w *worker) unpark() {
-	select {
-	case w.park <- struct{}{}:
-	default:
+	if w.sleeping.Load() {
+		w.link.Wakeup()
 	}
 }
 
-// idleTick is the longest a worker sleeps when user calls may run its
+// idleTick is the longest the watcher sleeps when user calls may run the
 // engine (worker.direct): timers armed by those calls further away than
 // this do not cost a wakeup, and an idle worker wakes 1/idleTick times a
 // second.
 const idleTick = 10 * time.Millisecond
-
-// run is the worker goroutine.
-func (w *worker) run() {
-	defer close(w.done)
-	for {
-		if !w.receiving.Load() {
-			if w.parkBatch() {
-				return
-			}
-			continue
-		}
-		timeout := time.Duration(0)
-		if !w.d.cfg.BusyPoll {
-			w.sleeping.Store(true)
-			now := w.d.now()
-			until := time.Duration(w.deadline.Load())
-			if w.direct {
-				// Wake at least every idleTick, so that a user
-				// call that arms a later timer need not wake us.
-				until = min(until, now+idleTick)
-			}
-			w.sleepUntil.Store(int64(until))
-			switch {
-			case w.pending.Swap(false):
-				timeout = 0
-			case time.Duration(w.deadline.Load()) < until:
-				// A user call ran the engine meanwhile and
-				// may not have seen sleepUntil: look again.
-				timeout = 0
-			case until == qp.Never:
-				timeout = -1
-			default:
-				timeout = max(until-now, 0)
-			}
-		} else {
-			w.pending.Store(false)
-		}
-		n, err := w.link.Receive(w.bufs, timeout)
-		w.sleeping.Store(false)
-		got := w.d.now()
-		w.mu.Lock()
-		if w.stop {
-			if n > 0 {
-				w.link.Release(w.bufs[:n])
-			}
-			w.mu.Unlock()
-			return
-		}
-		if err != nil && !errors.Is(err, link.ErrClosed) {
-			// A transient link error: count it and go on after a pause,
-			// so that a broken link does not spin.
-			w.linkErrors.Add(1)
-			if n > 0 {
-				w.link.Release(w.bufs[:n])
-			}
-			w.mu.Unlock()
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		now := w.d.now()
-		if n > 0 {
-			w.batches.Add(1)
-			w.input(w.bufs[:n], now)
-			w.link.Release(w.bufs[:n])
-		}
-		w.inputForwarded(now)
-		w.deadline.Store(int64(w.eng.Poll(now)))
-		w.out.flush()
-		w.afterBatch()
-		if !w.d.cfg.BusyPoll && time.Duration(w.polled.Load())+pollLease > got {
-			// Someone polls: let the pollers receive.
-			w.receiving.Store(false)
-		}
-		w.mu.Unlock()
-		if errors.Is(err, link.ErrClosed) {
-			return
-		}
-		if n > 0 && !w.d.cfg.BusyPoll {
-			// Completions of this batch may have readied a user
-			// goroutine on our P; let it run now rather than after
-			// we block in Receive's poll, where it would wait for the
-			// runtime to take the P back (tens of µs or more).
-			runtime.Gosched()
-		}
-	}
-}
 
 // input gives the engine the frames of its QPs and hands the others to
 // their workers, waking each of those once for the batch (before running
@@ -378,7 +346,8 @@ func (w *worker) afterBatch() {
 }
 
 // shutdown moves every QP of the worker to ERR (flushing its work
-// requests), stops the goroutine and gives back the link's buffers.
+// requests), stops the goroutine and a watching waiter, and gives back
+// the link's buffers.
 func (w *worker) shutdown() {
 	w.mu.Lock()
 	for _, q := range w.qps {
@@ -386,13 +355,23 @@ func (w *worker) shutdown() {
 	}
 	w.afterBatch()
 	w.stop = true
+	w.stopping.Store(true)
 	w.mu.Unlock()
+	if w.wk != nil {
+		w.wk.poke()
+		w.wa.poke()
+	}
 	w.link.Wakeup()
-	w.unpark()
 	<-w.done
+	w.waiters.Wait()
 	w.mu.Lock()
 	w.out.flush()
 	w.out.releaseStash()
+	if w.wk != nil {
+		w.wk.closed, w.wa.closed = true, true
+		w.wk.close()
+		w.wa.close()
+	}
 	w.mu.Unlock()
 }
 

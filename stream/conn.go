@@ -287,16 +287,16 @@ func (c *Conn) failLocked(err error) {
 // pump handles the CQ's completions until ctx is done.
 //
 // With Config.ReadSpin, a Read that finds the ring empty polls the CQ
-// itself for a while before it sleeps; CQ.Poll then runs the device's
-// receive path in the Read's goroutine (roce.Device.Progress), so a
-// message goes from the link through the transport into the ring without
-// waking a worker, the pump and then the reader. Meanwhile the pump keeps
-// off the CQ: CQ.Wait would hand the link back to the workers.
+// itself for a while before it sleeps, receiving with CQ.Progress in its
+// own goroutine, so a message goes from the link through the transport
+// into the ring without waking the pump and then the reader. Meanwhile
+// the pump keeps off the CQ, so that it is not woken for every message
+// the spinning Read handles.
 func (c *Conn) pump(ctx context.Context) {
 	defer close(c.pumpDone)
 	wcs := make([]roce.WC, 64)
 	for {
-		if c.pollCQ(wcs, false) > 0 {
+		if c.pollCQ(wcs) > 0 {
 			continue
 		}
 		if c.spinning.Load() > 0 {
@@ -320,13 +320,11 @@ func (c *Conn) pump(ctx context.Context) {
 
 // pollCQ polls the CQ once and handles what it returned; the poll lock is
 // held from Poll to the end of the handling, so completions are handled
-// in order whoever polls. Without progress an empty CQ is left alone:
-// Poll would run the device's receive path and make the device hand its
-// link to pollers, which the pump is not.
-func (c *Conn) pollCQ(wcs []roce.WC, progress bool) int {
+// in order whoever polls.
+func (c *Conn) pollCQ(wcs []roce.WC) int {
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
-	if c.cqGone || !progress && c.cq.Len() == 0 {
+	if c.cqGone {
 		return 0
 	}
 	n := c.cq.Poll(wcs)
@@ -348,6 +346,16 @@ func (c *Conn) pollCQ(wcs []roce.WC, progress bool) int {
 	return n
 }
 
+// progress receives on the CQ's links in the calling goroutine
+// (roce.CQ.Progress), unless the CQ is gone.
+func (c *Conn) progress() {
+	c.pollMu.Lock()
+	if !c.cqGone {
+		c.cq.Progress()
+	}
+	c.pollMu.Unlock()
+}
+
 // spinLocked polls the CQ from the calling Read for up to Config.ReadSpin
 // (or until dl) and says whether the connection's state changed
 // meanwhile, by its own poll or another's.
@@ -356,15 +364,6 @@ func (c *Conn) spinLocked(dl time.Time) bool {
 	c.spinning.Add(1)
 	c.mu.Unlock()
 	changed := c.spin(ch, earliest(time.Now().Add(c.cfg.ReadSpin), dl))
-	if !changed {
-		// Going to sleep: the device's workers take their links back
-		// now rather than a poll lease later.
-		c.pollMu.Lock()
-		if !c.cqGone {
-			c.cq.Notify()
-		}
-		c.pollMu.Unlock()
-	}
 	c.spinning.Add(-1)
 	select {
 	case c.spun <- struct{}{}:
@@ -383,10 +382,15 @@ func (c *Conn) spinLocked(dl time.Time) bool {
 	return changed
 }
 
-// spin polls until a completion is handled, ch is closed or end passes.
+// spin receives and polls until a completion is handled, ch is closed or
+// end passes.
 func (c *Conn) spin(ch chan struct{}, end time.Time) bool {
 	for i := 0; ; i++ {
-		if c.pollCQ(c.rwcs[:], true) > 0 {
+		if c.pollCQ(c.rwcs[:]) > 0 {
+			return true
+		}
+		c.progress()
+		if c.pollCQ(c.rwcs[:]) > 0 {
 			return true
 		}
 		select {

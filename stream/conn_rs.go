@@ -181,7 +181,7 @@ func (c *Conn) rsWatch(ctx context.Context) {
 			// them first, or a Read could see the end before them.
 			gone = nil
 			var wcs [16]roce.WC
-			for c.pollCQ(wcs[:], false) > 0 {
+			for c.pollCQ(wcs[:]) > 0 {
 			}
 			c.mu.Lock()
 			c.rs.disconnect()

@@ -34,7 +34,7 @@ type Config struct {
 	DirectThreshold int
 	// ReadSpin is how long a Read that finds nothing to read polls the
 	// connection's CQ before it sleeps, doing the device's receive work
-	// in its own goroutine (roce.Device.Progress): lower latency for
+	// in its own goroutine (roce.CQ.Progress): lower latency for
 	// request-response traffic when a core is free to spin, at the cost
 	// of that core while it waits. 0 means no spinning. A spin shorter
 	// than the round trip only adds work; the README's stream benchmarks

@@ -78,11 +78,12 @@
 // and writers and sends CREDIT messages. Read copies out of the ring (after
 // MR.Sync, which orders the workers' writes with ours); Write copies into
 // staging and posts; both block with deadlines.
-// With Config.ReadSpin, a Read that finds the ring empty first polls the
-// CQ itself, so that CQ.Poll runs the device's receive path in the
-// reader's goroutine (roce.Device.Progress) and a message needs no
-// goroutine hop; the pump keeps off the CQ meanwhile, and completions
-// are handled in order under one poll lock whoever polls.
+// The pump sleeps in CQ.Wait, which receives in the pump's goroutine
+// (see package roce). With Config.ReadSpin, a Read that finds the ring
+// empty first polls the CQ itself and runs the device's receive path in
+// its own goroutine (roce.CQ.Progress), so a message needs no goroutine
+// hop; the pump keeps off the CQ meanwhile, and completions are handled in
+// order under one poll lock whoever polls.
 //
 // # Closing
 //

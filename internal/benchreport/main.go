@@ -17,9 +17,14 @@
 // system time of every thread, the kernel's copy-mode AF_XDP and veth work
 // included when it runs in that process's context. Softirq work that the
 // kernel defers to ksoftirqd is counted for neither side.
+//
+// With BENCHREPORT_PROFILE=dir each xroce side also writes a CPU profile
+// and an execution trace of its run into dir (client.cpu, client.trace,
+// server.cpu, server.trace).
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -46,6 +51,7 @@ type options struct {
 	skipTCP bool
 	only    string
 	spin    time.Duration
+	arm     bool
 	xspin   time.Duration
 	latSpin time.Duration
 	attach  string
@@ -62,6 +68,7 @@ func run(args []string) error {
 	skipTCP := fs.Bool("no-tcp", false, "skip iperf3 and sockperf")
 	only := fs.String("only", "", "run only tests whose name contains this (write, send, lat)")
 	spin := fs.Duration("spin", 0, "xroce latency test: poll the CQ this long before sleeping on it")
+	arm := fs.Bool("arm", false, "xroce: sleep on the CQ's armed notification (the device's goroutine receives) instead of in CQ.Wait (the waiting goroutine receives)")
 	xspin := fs.Duration("xdp-spin", -1, "xroce: how long the workers' Receive spins on the RX ring before sleeping (roce's default when < 0)")
 	latSpin := fs.Duration("lat-xdp-spin", 20*time.Microsecond, "xroce: also measure latency with the workers spinning this long (0: don't)")
 	attach := fs.String("attach", "", "xroce: XDP attach mode, driver or generic (default: driver where the driver has it)")
@@ -70,7 +77,7 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, xspin: *xspin, latSpin: *latSpin, attach: *attach}
+	o := options{dur: *dur, depth: *depth, busy: *busy, latIter: *latIter, skipTCP: *skipTCP, only: *only, spin: *spin, arm: *arm, xspin: *xspin, latSpin: *latSpin, attach: *attach}
 	if o.dur <= 0 || o.dur > 30*time.Second {
 		return fmt.Errorf("-time %v out of range (0, 30s]", o.dur)
 	}
@@ -82,10 +89,17 @@ func run(args []string) error {
 		return fmt.Errorf("-sizes: %w", err)
 	}
 	switch *role {
-	case "server":
-		return serve(*ctl, o)
-	case "client":
-		return client(*ctl, o)
+	case "server", "client":
+		stop, err := startProfile(*role)
+		if err != nil {
+			return err
+		}
+		if *role == "server" {
+			err = serve(*ctl, o)
+		} else {
+			err = client(*ctl, o)
+		}
+		return errors.Join(err, stop())
 	case "":
 	default:
 		return fmt.Errorf("unknown role %q", *role)

@@ -154,6 +154,9 @@ func runXroce(exe string, p *netns.Pair, o options) ([]result, error) {
 	if o.busy {
 		args = append(args, "-busy")
 	}
+	if o.arm {
+		args = append(args, "-arm")
+	}
 	if o.only != "" {
 		args = append(args, "-only", o.only)
 	}

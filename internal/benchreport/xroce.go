@@ -73,6 +73,7 @@ type endpoint struct {
 const recvDepth = 256
 
 func open(ifname string, o options) (*endpoint, error) {
+	armWait = o.arm
 	cfg := nic.Config{Queues: 1, Device: roce.Config{BusyPoll: o.busy}}
 	if o.xspin >= 0 {
 		cfg.XDP.Spin = o.xspin
@@ -138,8 +139,13 @@ func (e *endpoint) postRecv() error {
 	return e.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{e.mr.SGE(0, e.recvSize)}})
 }
 
-// wait waits for a completion on cq, spinning for spin first.
-func wait(cq *roce.CQ, spin time.Duration, wcs []roce.WC, stop <-chan struct{}) (int, error) {
+// armWait makes wait sleep on the CQ's armed notification (-arm).
+var armWait bool
+
+// wait waits for a completion on cq: it polls and receives itself
+// (Progress) for spin first, then sleeps in CQ.Wait (or with -arm on the
+// CQ's notification) until a completion or the end of ctx (0, nil then).
+func wait(ctx context.Context, cq *roce.CQ, spin time.Duration, wcs []roce.WC) (int, error) {
 	var t0 time.Time
 	for {
 		if n := cq.Poll(wcs); n > 0 {
@@ -155,15 +161,27 @@ func wait(cq *roce.CQ, spin time.Duration, wcs []roce.WC, stop <-chan struct{}) 
 				t0 = time.Now()
 			}
 			if time.Since(t0) < spin {
+				cq.Progress()
 				continue
 			}
 		}
-		select {
-		case <-cq.Notify():
-		case <-stop:
-			return 0, nil
-		case <-time.After(5 * time.Second):
-			return 0, fmt.Errorf("no completion in 5 s")
+		if armWait {
+			ch := cq.Arm()
+			if cq.Len() > 0 {
+				continue
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return 0, nil
+			}
+			continue
+		}
+		if err := cq.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return 0, nil
+			}
+			return 0, err
 		}
 	}
 }
@@ -192,15 +210,16 @@ func serve(ctl string, o options) error {
 		return err
 	}
 	var echo atomic.Bool
-	stop := make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- e.serveLoop(o, &echo, stop) }()
+	go func() { errc <- e.serveLoop(ctx, o, &echo) }()
 	r := bufio.NewReader(conn)
 	var cpu0 float64
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			close(stop)
+			stop()
 			return <-errc
 		}
 		f := strings.Fields(line)
@@ -212,7 +231,7 @@ func serve(ctl string, o options) error {
 		case len(f) == 1 && f[0] == "stop":
 			fmt.Fprintf(conn, "cpu %.6f\n", cpuSeconds()-cpu0)
 		default:
-			close(stop)
+			stop()
 			return fmt.Errorf("bad control line %q", line)
 		}
 		select {
@@ -223,21 +242,13 @@ func serve(ctl string, o options) error {
 	}
 }
 
-func (e *endpoint) serveLoop(o options, echo *atomic.Bool, stop <-chan struct{}) error {
+func (e *endpoint) serveLoop(ctx context.Context, o options, echo *atomic.Bool) error {
 	var wcs [64]roce.WC
 	var swcs [64]roce.WC
 	sent := 0
 	for {
-		n, err := wait(e.rcq, o.spin, wcs[:], stop)
+		n, err := wait(ctx, e.rcq, o.spin, wcs[:])
 		if err != nil {
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
-			if strings.Contains(err.Error(), "no completion") {
-				continue
-			}
 			return err
 		}
 		if n == 0 {
@@ -373,7 +384,7 @@ func (e *endpoint) bandwidth(o options, op string, size int, res *result) error 
 		if outstanding == 0 {
 			break
 		}
-		n, err := wait(e.scq, 0, wcs[:], nil)
+		n, err := wait(context.Background(), e.scq, 0, wcs[:])
 		if err != nil {
 			return err
 		}
@@ -400,7 +411,7 @@ func (e *endpoint) latency(o options, res *result) error {
 			return err
 		}
 		sent++
-		if _, err := wait(e.rcq, o.spin, wcs[:1], nil); err != nil {
+		if _, err := wait(context.Background(), e.rcq, o.spin, wcs[:1]); err != nil {
 			return err
 		}
 		rtts = append(rtts, time.Since(t0))

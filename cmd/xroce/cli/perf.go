@@ -321,11 +321,9 @@ type perfRun struct {
 }
 
 func perf(ctx context.Context, e *env, o *perfOptions) error {
+	// Bandwidth tests wait in CQ.Wait (see waitCQ); latency tests
+	// busy-poll and receive themselves (pollCQ, waitWrite).
 	var cfg roce.Config
-	// Bandwidth tests sleep on the CQ while the device's goroutines
-	// receive (see waitCQ); latency tests busy-poll and receive
-	// themselves.
-	cfg.NoPollProgress = !o.test.lat
 	nd, err := openNICDevice(e.stderr, o.dev, o.host, "perf", cfg)
 	if err != nil {
 		return err

@@ -213,7 +213,7 @@ func perfQPs(ctx context.Context, e *env, o *pqOptions) (err error) {
 // the same place: this measures the transport, not memory).
 func (r *pqRun) setup() error {
 	p := r.pair
-	cfg := roce.Config{NoPollProgress: true}
+	var cfg roce.Config
 	if err := p.A.Do(func() (err error) { r.da, err = openNIC(r.e.stderr, "perf qps", p.A.Ifname, cfg); return err }); err != nil {
 		return err
 	}

@@ -43,12 +43,11 @@ func (r *perfRun) poll(ctx context.Context, cq *roce.CQ) (int, error) {
 var errNoCompletion = errors.New("no completion")
 
 // waitCQ waits for completions on cq until deadline: it polls
-// waitPolls times, yielding to other goroutines, then sleeps until the CQ
-// is notified, and so on. The bandwidth tests wait so, on a device whose
-// CQ.Poll does not receive (Config.NoPollProgress): their completions come
-// in streams the device's goroutines keep up with, beside the posting
-// goroutine (busy-polling them with pollCQ was no faster: see the
-// README).
+// waitPolls times, yielding to other goroutines (the device's goroutine
+// among them, which receives meanwhile), then sleeps in CQ.Wait, which
+// receives in this goroutine, and so on. The bandwidth tests wait so:
+// their completions come in streams (busy-polling them with pollCQ was no
+// faster: see the README).
 func waitCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
 	for {
 		for range waitPolls {

@@ -656,15 +656,20 @@ func (s *ppSide) poll(ctx context.Context) (int, error) {
 }
 
 // pollCQ waits for completions on cq until deadline by busy-polling it, as
-// ibv_rc_pingpong does without -e. Polling an empty CQ makes this
-// goroutine do the device's receive work (roce.Device.Progress), so the
-// spinning is the datapath at work rather than a poller starving the
-// device's goroutines of the cores they need. It yields to other
-// goroutines every few polls.
+// ibv_rc_pingpong does without -e. When the CQ is empty this goroutine
+// does the device's receive work (roce.CQ.Progress), so the spinning is
+// the datapath at work rather than a poller starving the device's
+// goroutines of the cores they need. It yields to other goroutines every
+// few polls.
 func pollCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
 	for i := 1; ; i++ {
 		if n := cq.Poll(wcs); n > 0 {
 			return n, nil
+		}
+		if cq.Progress() > 0 {
+			if n := cq.Poll(wcs); n > 0 {
+				return n, nil
+			}
 		}
 		if i%spinYield == 0 {
 			runtime.Gosched()

@@ -326,7 +326,7 @@ func pollOne(ctx context.Context, cq *roce.CQ, wc []roce.WC, done <-chan struct{
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		notify := cq.Notify()
+		notify := cq.Arm()
 		if cq.Poll(wc[:1]) == 1 {
 			return true, nil
 		}

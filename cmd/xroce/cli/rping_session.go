@@ -278,7 +278,7 @@ func (cb *rpingCB) next(ctx context.Context) error {
 		}
 		var notify, done <-chan struct{}
 		if !cb.cqDone {
-			notify = cb.cq.Notify()
+			notify = cb.cq.Arm()
 			if cb.cq.Len() > 0 {
 				continue
 			}

@@ -38,7 +38,7 @@ func TestProgressAlone(t *testing.T) {
 	var wc [1]WC
 	got := func(cq *CQ, op WCOpcode) func() bool {
 		return func() bool {
-			if cq.poll(wc[:]) == 0 {
+			if cq.Poll(wc[:]) == 0 {
 				return false
 			}
 			if wc[0].Status != WCSuccess || wc[0].Opcode != op {
@@ -137,10 +137,12 @@ func ppSide(s *side, client bool, iters int, wait func() error) error {
 	return nil
 }
 
-// spinWait is ppSide's wait for a goroutine that spins on Poll.
-func spinWait(ctx context.Context) func() error {
+// spinWait is ppSide's wait for a goroutine that spins on Poll and
+// Progress.
+func spinWait(ctx context.Context, cq *CQ) func() error {
 	i := 0
 	return func() error {
+		cq.Progress()
 		i++
 		if i%256 == 0 {
 			runtime.Gosched()
@@ -150,150 +152,10 @@ func spinWait(ctx context.Context) func() error {
 	}
 }
 
-// Two goroutines that ping-pong by spinning on Poll take the link over
-// from the workers, which park; once the pollers stop (by sleeping in
-// Wait, or just stopping for longer than the lease) the workers receive
-// again.
-func TestProgressHandover(t *testing.T) {
-	for _, stop := range []string{"wait", "lease"} {
-		t.Run(stop, func(t *testing.T) {
-			da, db := pipeDevices(t, 1, noFaults, Config{})
-			a, b := rcPair(t, da, db, 128)
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			const iters = 2000
-			errs := make(chan error, 2)
-			go func() { errs <- ppSide(a, true, iters, spinWait(ctx)) }()
-			go func() { errs <- ppSide(b, false, iters, spinWait(ctx)) }()
-			for range 2 {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
-			}
-			sa, sb := da.Stats(), db.Stats()
-			t.Logf("a: %d of %d frames polled, %d parks; b: %d of %d, %d parks",
-				sa.PolledFrames, sa.LinkRxFrames, sa.Parks, sb.PolledFrames, sb.LinkRxFrames, sb.Parks)
-			for _, s := range []Stats{sa, sb} {
-				if s.PolledFrames == 0 || s.Parks == 0 {
-					t.Errorf("polled frames %d, parks %d: the pollers never took over", s.PolledFrames, s.Parks)
-				}
-			}
-
-			// Now nobody polls: a message must reach b through its
-			// worker, which b's goroutine watches without polling.
-			switch stop {
-			case "wait":
-				wctx, wcancel := context.WithTimeout(ctx, time.Millisecond)
-				b.cq.Wait(wctx) // ends b's lease at once
-				wcancel()
-			case "lease":
-				time.Sleep(2 * pollLease)
-			}
-			before := db.Stats().PolledFrames
-			if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(64, 64)}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
-				t.Fatal(err)
-			}
-			var wc [1]WC
-			end := time.Now().Add(10 * time.Second)
-			for b.cq.poll(wc[:]) == 0 {
-				if time.Now().After(end) {
-					t.Fatal("the worker did not take the link back")
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
-			if wc[0].Status != WCSuccess || wc[0].Opcode != WCRecv {
-				t.Fatalf("completion %v %v", wc[0].Opcode, wc[0].Status)
-			}
-			if after := db.Stats().PolledFrames; after != before {
-				t.Errorf("%d frames polled after the pollers stopped", after-before)
-			}
-		})
-	}
-}
-
-// Pollers that come and go while the workers run never reorder frames:
-// over a perfect pipe, a stream of WRITEs sees no sequence error although
-// the receiving link changes hands all the time.
-func TestProgressKeepsOrder(t *testing.T) {
-	da, db := pipeDevices(t, 1, noFaults, Config{})
-	a, b := rcPair(t, da, db, 64<<10)
-	stop := make(chan struct{})
-	started := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		// b's poller: spin a while, then sleep past the lease or end
-		// it, and spin again.
-		defer wg.Done()
-		close(started)
-		for i := 0; ; i++ {
-			end := time.Now().Add(300 * time.Microsecond)
-			for time.Now().Before(end) {
-				db.Progress()
-			}
-			switch i % 3 {
-			case 0:
-				time.Sleep(2 * pollLease)
-			case 1:
-				b.cq.Notify()
-			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
-		}
-	}()
-	<-started
-	wr := &SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 16<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-	var wcs [16]WC
-	outstanding := 0
-	start := time.Now()
-	for i := 0; outstanding > 0 || time.Since(start) < 300*time.Millisecond; {
-		if time.Since(start) < 300*time.Millisecond && outstanding < 8 {
-			if err := a.qp.PostSend(wr); err != nil {
-				t.Fatal(err)
-			}
-			i++
-			outstanding++
-			continue
-		}
-		n := a.cq.Poll(wcs[:])
-		for _, wc := range wcs[:n] {
-			if wc.Status != WCSuccess {
-				t.Fatal(wc.Status)
-			}
-		}
-		outstanding -= n
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%d WRITEs outstanding after 30 s", outstanding)
-		}
-		if n == 0 {
-			runtime.Gosched()
-		}
-	}
-	close(stop)
-	wg.Wait()
-	sa, sb := da.Stats(), db.Stats()
-	t.Logf("b: %d of %d frames polled, %d parks", sb.PolledFrames, sb.LinkRxFrames, sb.Parks)
-	if sb.PolledFrames == 0 || sb.PolledFrames == sb.LinkRxFrames {
-		t.Errorf("b's poller received %d of %d frames: want some, not all", sb.PolledFrames, sb.LinkRxFrames)
-	}
-	for _, s := range []Stats{sa, sb} {
-		if s.RxOutOfSeq != 0 || s.SeqNaksTx != 0 || s.SeqNaksRx != 0 || s.Retransmits != 0 {
-			t.Errorf("out of sequence %d, NAKs sent %d received %d, retransmits %d: want none on a perfect pipe",
-				s.RxOutOfSeq, s.SeqNaksTx, s.SeqNaksRx, s.Retransmits)
-		}
-	}
-}
-
 // Everything at once, for the race detector: two devices with two links
 // each (frames cross between workers), a lossy pipe, QPs whose goroutines
-// wait by spinning on Poll, by Wait and by Notify, and a goroutine that
-// calls Progress on both devices all along.
+// wait by spinning on Poll and Progress, by Wait and by Arm, and a
+// goroutine that calls Progress on both devices all along.
 func TestProgressConcurrent(t *testing.T) {
 	f := link.Faults{Loss: 0.01, Duplicate: 0.01, Reorder: 0.02}
 	da, db := pipeDevices(t, 2, f, Config{})
@@ -323,10 +185,10 @@ func TestProgressConcurrent(t *testing.T) {
 	// and their frames cross to the other worker.
 	newSide(t, db, RC, 0, nil, nil)
 	errs := make(chan error, 8)
-	for i, style := range []string{"spin", "wait", "notify", "spin"} {
+	for i, style := range []string{"spin", "wait", "arm", "spin"} {
 		a, b := rcPair(t, da, db, 128)
 		for _, s := range []*side{a, b} {
-			wait := spinWait(ctx)
+			wait := spinWait(ctx, s.cq)
 			switch style {
 			case "wait":
 				wait = func() error {
@@ -337,10 +199,14 @@ func TestProgressConcurrent(t *testing.T) {
 					}
 					return nil
 				}
-			case "notify":
+			case "arm":
 				wait = func() error {
+					ch := s.cq.Arm()
+					if s.cq.Len() > 0 {
+						return nil
+					}
 					select {
-					case <-s.cq.Notify():
+					case <-ch:
 					case <-time.After(50 * time.Millisecond):
 					}
 					return ctx.Err()
@@ -385,6 +251,7 @@ func TestProgressAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; a.cq.Poll(wcs[:]) == 0; i++ {
+			a.cq.Progress()
 			db.Progress()
 			if i == 1e8 {
 				t.Fatal("no completion")
@@ -400,6 +267,28 @@ func TestProgressAllocs(t *testing.T) {
 	if s := da.Stats(); s.PolledFrames == 0 {
 		t.Error("no frame polled")
 	}
+}
+
+// Answers a Progress call held back go out without another call: the
+// worker goroutine sends them within holdMax.
+func TestProgressHeldAnswersLeave(t *testing.T) {
+	da, db := pipeDevices(t, 1, noFaults, Config{})
+	a, b := rcPair(t, da, db, 64)
+	if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	var wc [1]WC
+	tx := db.Stats().LinkTxFrames
+	pump(t, 10*time.Second, func() bool { return b.cq.Poll(wc[:]) == 1 }, db)
+	if got := db.Stats().LinkTxFrames; got != tx {
+		t.Errorf("b transmitted %d frames as it received the SEND, want 0 (ACK held back)", got-tx)
+	}
+	// b never calls into its device again: a's SEND completes all the
+	// same, once b's goroutine sends the ACK b's Progress held back.
+	want(t, a.cq, WCSend, WCSuccess)
 }
 
 // countLink counts Transmit calls and frames.
@@ -439,7 +328,7 @@ func TestProgressHoldsAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 		calls, frames := lb.calls, lb.frames
-		pump(t, 10*time.Second, func() bool { return b.cq.poll(wc[:]) == 1 }, db)
+		pump(t, 10*time.Second, func() bool { return b.cq.Poll(wc[:]) == 1 }, db)
 		if lb.calls != calls {
 			t.Fatalf("message %d: b transmitted %d times before answering, want 0 (ACK held back)", i, lb.calls-calls)
 		}
@@ -452,7 +341,7 @@ func TestProgressHoldsAnswers(t *testing.T) {
 		if err := a.qp.PostRecv(&RecvWR{ID: 4, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
-		pump(t, 10*time.Second, func() bool { return a.cq.poll(wc[:]) == 1 }, da)
+		pump(t, 10*time.Second, func() bool { return a.cq.Poll(wc[:]) == 1 }, da)
 		da.Progress() // sends a's ACK
 		pump(t, 10*time.Second, func() bool { return b.qp.q.SendQueued() == 0 }, db)
 	}
