@@ -408,27 +408,45 @@ func (q *QP) onRTS() {
 func (e *Engine) Input(frames [][]byte, now time.Duration) {
 	e.now = now
 	for _, b := range frames {
-		e.stats.RxFrames.Add(1)
-		e.stats.RxBytes.Add(uint64(len(b)))
 		f := &e.frame
 		if f.Decode(b) != nil {
+			e.stats.RxFrames.Add(1)
+			e.stats.RxBytes.Add(uint64(len(b)))
 			e.stats.RxMalformed.Add(1)
 			e.stats.RxDropped.Add(1)
 			continue
 		}
-		if f.VLAN != nil && f.VLAN.ID() != 0 {
-			e.stats.RxWrongVLAN.Add(1)
-			e.stats.RxDropped.Add(1)
-			continue
-		}
-		if !f.VerifyICRC() {
-			e.stats.RxBadICRC.Add(1)
-			e.stats.RxDropped.Add(1)
-			continue
-		}
-		if !e.accept(f, len(b)) {
-			e.stats.RxDropped.Add(1)
-		}
+		e.inputDecoded(f, len(b))
+	}
+}
+
+// InputDecoded is Input for one frame of size bytes that the caller
+// decoded already (a router that read its destination QP, say), so that
+// it is parsed once: f views the frame, which must stay unchanged until
+// InputDecoded returns. The checks that follow decoding (VLAN, ICRC) run
+// as in Input.
+func (e *Engine) InputDecoded(f *bth.Frame, size int, now time.Duration) {
+	e.now = now
+	e.inputDecoded(f, size)
+}
+
+// inputDecoded counts and checks a decoded frame of n bytes and hands it
+// to its QP.
+func (e *Engine) inputDecoded(f *bth.Frame, n int) {
+	e.stats.RxFrames.Add(1)
+	e.stats.RxBytes.Add(uint64(n))
+	if f.VLAN != nil && f.VLAN.ID() != 0 {
+		e.stats.RxWrongVLAN.Add(1)
+		e.stats.RxDropped.Add(1)
+		return
+	}
+	if !f.VerifyICRC() {
+		e.stats.RxBadICRC.Add(1)
+		e.stats.RxDropped.Add(1)
+		return
+	}
+	if !e.accept(f, n) {
+		e.stats.RxDropped.Add(1)
 	}
 }
 

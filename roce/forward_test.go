@@ -1,13 +1,13 @@
 package roce
 
 import (
-	"encoding/binary"
 	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/link"
 )
 
@@ -52,16 +52,11 @@ func TestForwardWakesOncePerBatch(t *testing.T) {
 		}
 	}
 
-	// Frames to QP 1 (worker 1), arriving on worker 0's link: Ethernet,
-	// IPv4, UDP and the BTH's destination QP; the rest does not matter.
+	// Frames to QP 1 (worker 1), arriving on worker 0's link.
 	const nframes = 16
 	frames := make([][]byte, nframes)
 	for i := range frames {
-		f := make([]byte, 64)
-		binary.BigEndian.PutUint16(f[12:], 0x0800)
-		f[14] = 0x45
-		f[14+20+8+7] = 1
-		frames[i] = f
+		frames[i] = frameTo(t, 1, false)
 	}
 	w0.mu.Lock()
 	w0.input(frames, d.now())
@@ -87,5 +82,59 @@ func TestForwardWakesOncePerBatch(t *testing.T) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("worker 1 has not taken the forwarded frames in 10 s (%d of %d buffers free)", free, d.cfg.Forward)
 		}
+	}
+}
+
+// frameTo builds a RoCE v2 SEND Only frame to QP qpn (IPv4 or IPv6).
+func frameTo(t *testing.T, qpn uint32, v6 bool) []byte {
+	t.Helper()
+	ff := bth.FrameFields{SrcIP: netip.MustParseAddr("198.18.0.1"), DstIP: netip.MustParseAddr("198.18.0.2")}
+	if v6 {
+		ff.SrcIP, ff.DstIP = netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fe80::2")
+	}
+	ff.BTH.Opcode = bth.RCSendOnly
+	ff.BTH.DestQP = qpn
+	buf := make([]byte, 256)
+	n, err := bth.BuildInPlace(buf, &ff, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+// input routes each frame by its destination QP (decoded once, IPv4 and
+// IPv6 alike): its own to its engine, the others to their workers; what
+// does not decode, truncated at any length, is counted by its engine as
+// malformed and goes nowhere else.
+func TestInputRoutesDecodedFrames(t *testing.T) {
+	l0, _ := link.NewPipe(link.PipeConfig{Buffers: 256, MACA: macA, MACB: macB})
+	l1, _ := link.NewPipe(link.PipeConfig{Buffers: 256, MACA: macA, MACB: macB})
+	d, err := NewDevice([]link.Link{l0, l1}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}, noGoroutines: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	w0, w1 := d.workers[0], d.workers[1]
+	var frames [][]byte
+	for _, v6 := range []bool{false, true} {
+		frames = append(frames, frameTo(t, 0xabcdef, v6), frameTo(t, 0xabcdee, v6)) // worker 1, worker 0
+	}
+	good := frameTo(t, 0xabcdef, false)
+	for i := range len(good) {
+		frames = append(frames, good[:i:i])
+	}
+	st := w0.eng.Stats()
+	frames0, malformed0 := st.RxFrames.Load(), st.RxMalformed.Load()
+	w0.mu.Lock()
+	w0.input(frames, d.now())
+	w0.mu.Unlock()
+	if n := w1.forwarded.Load(); n != 2 {
+		t.Errorf("%d frames forwarded to worker 1, want 2", n)
+	}
+	if got := st.RxFrames.Load() - frames0; got != uint64(2+len(good)) {
+		t.Errorf("worker 0's engine saw %d frames, want %d (its 2 and %d truncated)", got, 2+len(good), len(good))
+	}
+	if got := st.RxMalformed.Load() - malformed0; got != uint64(len(good)) {
+		t.Errorf("worker 0's engine counted %d malformed, want %d", got, len(good))
 	}
 }

@@ -3,8 +3,6 @@ package roce
 import (
 	"net/netip"
 	"testing"
-
-	"github.com/xroce/xroce/bth"
 )
 
 // FuzzCodecs: Unmarshal never panics, and what it accepts marshals back to
@@ -29,34 +27,4 @@ func FuzzCodecs(f *testing.F) {
 			}
 		}
 	})
-}
-
-// destQPN finds the BTH's destination QP in real frames and never reads
-// past the end of a truncated one.
-func TestDestQPN(t *testing.T) {
-	for _, v6 := range []bool{false, true} {
-		ff := bth.FrameFields{SrcIP: netip.MustParseAddr("198.18.0.1"), DstIP: netip.MustParseAddr("198.18.0.2")}
-		if v6 {
-			ff.SrcIP, ff.DstIP = netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fe80::2")
-		}
-		ff.BTH.Opcode = bth.RCSendOnly
-		ff.BTH.DestQP = 0xabcdef
-		buf := make([]byte, 256)
-		n, err := bth.BuildInPlace(buf, &ff, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		frame := buf[:n]
-		if q, ok := destQPN(frame); !ok || q != 0xabcdef {
-			t.Fatalf("v6 %v: destQPN = %#x, %v", v6, q, ok)
-		}
-		for i := range len(frame) {
-			destQPN(frame[:i:i]) // must not panic
-		}
-	}
-}
-
-func FuzzDestQPN(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0, 0, 0, 0x86, 0xdd})
-	f.Fuzz(func(t *testing.T, b []byte) { destQPN(b[:len(b):len(b)]) })
 }

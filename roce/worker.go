@@ -2,13 +2,13 @@ package roce
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/link"
 	"github.com/xroce/xroce/qp"
 )
@@ -83,7 +83,10 @@ type worker struct {
 	ffree [][]byte
 	fwork [][]byte // fq taken by inputForwarded; guarded by mu
 
-	local [][]byte // input's frames for this worker, guarded by mu
+	// input's frames for this worker, decoded, and their sizes; guarded
+	// by mu.
+	decoded []bth.Frame
+	sizes   []int
 
 	forwarded, fwdDropped, txDropped, batches, linkErrors    atomic.Uint64
 	polledFrames, polledBatches, waiterFrames, waiterBatches atomic.Uint64
@@ -125,7 +128,7 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 	w.sleepUntil.Store(int64(qp.Never))
 	w.bufs = make([][]byte, d.cfg.Batch)
 	w.kbufs = make([][]byte, d.cfg.Batch)
-	w.local = make([][]byte, 0, d.cfg.Batch)
+	w.decoded, w.sizes = make([]bth.Frame, d.cfg.Batch), make([]int, d.cfg.Batch)
 	if nlinks > 1 {
 		mf := l.Info().MaxFrame
 		slab := make([]byte, d.cfg.Forward*mf)
@@ -228,30 +231,37 @@ const idleTick = 10 * time.Millisecond
 // our own frames, so that it works on its share meanwhile). A wakeup per
 // frame cost an eventfd write per frame while the other worker slept: a
 // large part of what forwarding costs a stream whose peer QPs sit on
-// different workers (BenchmarkVethWriteForwarded).
+// different workers (BenchmarkVethWriteForwarded). Each frame is decoded
+// once, here, and given to the engine decoded; what does not decode goes
+// to the engine raw, which counts and drops it.
 func (w *worker) input(frames [][]byte, now time.Duration) {
 	nw := uint32(len(w.d.workers))
 	if nw == 1 {
 		w.eng.Input(frames, now)
 		return
 	}
-	local := w.local[:0]
+	local := 0
 	var to uint64 // the workers given frames, a bit each (64 at most)
-	for _, b := range frames {
-		if qpn, ok := destQPN(b); ok && int(qpn%nw) != w.id {
+	for i, b := range frames {
+		f := &w.decoded[local]
+		if f.Decode(b) != nil {
+			w.eng.Input(frames[i:i+1], now)
+			continue
+		}
+		if qpn := f.BTH.DestQP(); qpn%nw != uint32(w.id) {
 			w.d.workers[qpn%nw].forward(b)
 			to |= 1 << (qpn % nw)
 			continue
 		}
-		local = append(local, b)
+		w.sizes[local] = len(b)
+		local++
 	}
 	for ; to != 0; to &= to - 1 {
 		w.d.workers[bits.TrailingZeros64(to)].kick()
 	}
-	if len(local) > 0 {
-		w.eng.Input(local, now)
+	for i := range local {
+		w.eng.InputDecoded(&w.decoded[i], w.sizes[i], now)
 	}
-	clear(local)
 }
 
 // forward copies a frame received by another worker into w's queue; the
@@ -288,40 +298,6 @@ func (w *worker) inputForwarded(now time.Duration) int {
 	clear(w.fwork)
 	w.fwork = w.fwork[:0]
 	return n
-}
-
-// destQPN returns the BTH destination QP of a RoCE v2 frame, without
-// checking more than the lengths.
-func destQPN(b []byte) (uint32, bool) {
-	const eth = 14
-	if len(b) < eth {
-		return 0, false
-	}
-	off := eth
-	typ := binary.BigEndian.Uint16(b[12:])
-	if typ == 0x8100 {
-		if len(b) < eth+4 {
-			return 0, false
-		}
-		typ = binary.BigEndian.Uint16(b[16:])
-		off += 4
-	}
-	switch typ {
-	case 0x0800:
-		if len(b) < off+1 {
-			return 0, false
-		}
-		off += int(b[off]&0xf) * 4
-	case 0x86dd:
-		off += 40
-	default:
-		return 0, false
-	}
-	off += 8 // UDP
-	if len(b) < off+8 {
-		return 0, false
-	}
-	return uint32(b[off+5])<<16 | uint32(b[off+6])<<8 | uint32(b[off+7]), true
 }
 
 // afterBatch runs with mu held after the engine ran: QPs that failed
