@@ -65,7 +65,7 @@ func (s *Socket) Receive(bufs [][]byte, timeout time.Duration) (int, error) {
 		}
 	}
 	if timeout == 0 {
-		return 0, nil
+		return 0, s.checkDeadEvery()
 	}
 	var deadline time.Time
 	if timeout > 0 {
@@ -139,6 +139,18 @@ func (s *Socket) checkDead() error {
 		s.dead = unix.Errno(serr)
 	}
 	return fmt.Errorf("receive on %s queue %d: socket unbound: %w", s.info.Name, s.info.Queue, s.dead)
+}
+
+// checkDeadEvery is checkDead at most once per deadCheck, for Receives
+// that do not wait: a caller that sleeps on the socket's descriptor itself
+// (package roce's watchers) learns so that the interface went away.
+func (s *Socket) checkDeadEvery() error {
+	now := time.Now()
+	if now.Before(s.deadAt) {
+		return nil
+	}
+	s.deadAt = now.Add(deadCheck)
+	return s.checkDead()
 }
 
 // spinReceive polls the RX ring without sleeping for up to d, yielding the

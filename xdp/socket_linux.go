@@ -62,6 +62,9 @@ type Socket struct {
 	pfd      [2]unix.PollFd
 	efdBuf   [8]byte
 	dead     unix.Errno // why the kernel unbound the socket (SO_ERROR), 0 if it did not
+	// deadAt is when a Receive that found nothing and did not wait may
+	// next look at SO_ERROR (checkDeadEvery).
+	deadAt time.Time
 
 	closed atomic.Bool
 	// fdMu guards efd against Wakeup racing with Close.

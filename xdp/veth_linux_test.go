@@ -876,6 +876,45 @@ func TestInterfaceRemoved(t *testing.T) {
 	}
 }
 
+// A caller that never lets Receive wait (it sleeps on the descriptor
+// itself) still learns that the interface went away, within deadCheck.
+func TestInterfaceRemovedNonWaiting(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	d := openT(t, p.A, Config{RingSize: 64})
+	s := d.Sockets()[0]
+	bufs := make([][]byte, 8)
+	if n, err := s.Receive(bufs, 0); n != 0 || err != nil {
+		t.Fatalf("Receive before removal = %d, %v", n, err)
+	}
+	if err := p.A.Do(func() error {
+		l, err := netlink.LinkByName(p.A.Ifname)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	}); err != nil {
+		t.Fatalf("delete %s: %v", p.A.Ifname, err)
+	}
+	start := time.Now()
+	for {
+		n, err := s.Receive(bufs, 0)
+		if n != 0 {
+			t.Fatalf("Receive after removal returned %d frames", n)
+		}
+		if err != nil {
+			if !errors.Is(err, unix.ENETDOWN) {
+				t.Fatalf("Receive after removal: %v, want ENETDOWN", err)
+			}
+			t.Logf("noticed after %v: %v", time.Since(start), err)
+			break
+		}
+		if time.Since(start) > 3*deadCheck {
+			t.Fatalf("Receive(bufs, 0) has not noticed the removal in %v", 3*deadCheck)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestConcurrentUse runs an owner goroutine sending and receiving while
 // others call Stats, Info and Wakeup, then closes the device from yet
 // another goroutine: the owner must stop with ErrClosed. Run with -race.
