@@ -265,7 +265,12 @@ func (w *worker) watchable() bool {
 
 // waitOn makes the calling goroutine the link's watcher until c holds a
 // completion, ctx is done or the device closes, and reports true; or, if
-// another waiter watches, returns false at once.
+// another waiter watches, returns false at once. When the link fails (a
+// receive error other than ErrClosed, such as the socket of an interface
+// that went away) it hands the link back and reports false: the caller
+// then sleeps on the CQ's notification while the worker goroutine, which
+// counts link errors and pauses between them, has the link, instead of
+// retrying the failing link in a loop.
 func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 	w.mu.Lock()
 	s := w.rx.Load()
@@ -283,10 +288,10 @@ func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 	// sleeps on until its deadline, when it stands by.
 	w.wk.setInterest(false)
 	w.mu.Unlock()
-	w.wcq, w.wctx = c, ctx
+	w.wcq, w.wctx, w.werr = c, ctx, nil
 	w.wdeadline, _ = ctx.Deadline()
 	c.watchCancel(ctx, w)
-	for !w.waiterDone() {
+	for !w.waiterDone() && w.werr == nil {
 		w.wa.sleep(w.waiterFn)
 		if time.Duration(w.deadline.Load()) <= w.d.now() {
 			// The engine is waiting for transmit buffers.
@@ -294,6 +299,7 @@ func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 		}
 	}
 	w.wcq, w.wctx = nil, nil
+	failed := w.werr != nil
 	w.mu.Lock()
 	w.rx.Store(rxHandback)
 	if !w.stop {
@@ -309,7 +315,7 @@ func (w *worker) waitOn(c *CQ, ctx context.Context) bool {
 	if w.pending.Load() && w.wk.asleep.Load() {
 		w.wk.poke()
 	}
-	return true
+	return !failed
 }
 
 // waiterDone reports whether the watching waiter must return: its CQ
@@ -335,6 +341,7 @@ func (w *worker) waiterReady() bool {
 		now = w.d.now()
 		n, err := w.roundLocked(now, true)
 		if err != nil {
+			w.werr = err
 			w.mu.Unlock()
 			return true
 		}

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // waitSide is ppSide's wait for a goroutine that sleeps in CQ.Wait.
@@ -358,4 +361,54 @@ func TestVethProgressTakesLink(t *testing.T) {
 	}
 	t.Logf("the goroutine took the link back after %v", time.Since(start).Round(time.Millisecond))
 	goroutineReceives(t, a, b)
+}
+
+// When the interface under a device goes away, a goroutine in CQ.Wait
+// neither hangs past its context nor spins on the failing socket: it
+// hands the link back and sleeps, and the device counts the link errors.
+func TestVethWaiterInterfaceRemoved(t *testing.T) {
+	da, db, _, p := vethPair(t, Config{}, vethOpts{queues: 1})
+	a, _ := rcPair(t, da, db, 64)
+	if err := p.A.Do(func() error {
+		l, err := netlink.LinkByName(p.A.Ifname)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	}); err != nil {
+		t.Fatalf("delete %s: %v", p.A.Ifname, err)
+	}
+	const wait = 3 * time.Second
+	cpu0 := processCPU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	start := time.Now()
+	err := a.cq.Wait(ctx)
+	took := time.Since(start)
+	cpu := processCPU(t) - cpu0
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on a device whose interface is gone = %v after %v, want the context's deadline", err, took)
+	}
+	if took > wait+time.Second {
+		t.Errorf("Wait returned %v after its deadline", took-wait)
+	}
+	if n := da.Stats().LinkErrors; n == 0 {
+		t.Errorf("no link error counted in %v after the interface went away", took)
+	}
+	// A goroutine retrying the dead socket would burn a core: about as
+	// much CPU time as wall time.
+	if cpu > took/2 {
+		t.Errorf("the process used %v of CPU in %v of Wait: something spins on the dead link", cpu, took)
+	}
+	t.Logf("Wait %v, CPU %v, link errors %d", took, cpu, da.Stats().LinkErrors)
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -72,6 +72,7 @@ type worker struct {
 	wcq       *CQ
 	wctx      context.Context
 	wdeadline time.Time
+	werr      error // the watching waiter's round's link error
 	// The watch callbacks, bound once (a method value allocates).
 	waiterFn, goroutineFn func() bool
 	waiters               sync.WaitGroup // goroutines in waitOn, for shutdown
