@@ -56,7 +56,7 @@
 // what completes nothing locally, such as an RDMA WRITE landing in a
 // buffer. A waiter or poller holds back the ACKs of what it received
 // until its next call (or its next post, which sends them along with its
-// own frames in one transmit), 1 ms at most.
+// own frames in one transmit), 10 ms at most, as a delayed ACK.
 //
 // # Resources
 //

@@ -117,7 +117,8 @@ const (
 // a wake-up of any goroutine. It is also the way to wait without sleeping
 // for what completes nothing locally, such as an RDMA WRITE landing in a
 // buffer. The answers to what it received are held back until the next
-// post, Progress or round on that worker, 1 ms at most (see recv.go).
+// post, Progress or round on that worker, holdMax (10 ms) at most (see
+// recv.go).
 // With Config.BusyPoll the workers spin and Progress does nothing.
 //
 // Progress does not allocate and is safe for concurrent use.
