@@ -6,8 +6,8 @@ import "time"
 // together may have in the network, and the line in which they wait for
 // it.
 //
-// Each RC QP may have up to 128 PSNs unacknowledged (maxUnacked, as rxe),
-// which is right for one QP and wrong for many: 256 QPs of a perftest run
+// Each RC QP may have up to its window unacknowledged (window.go; 128
+// PSNs then, as rxe), which is right for one QP and wrong for many: 256 QPs of a perftest run
 // put 32,768 packets in flight at once, far beyond the rings between two
 // software hosts (an AF_XDP RX ring holds 2048 frames, a veth queue 256).
 // The rings overflowed at both ends, the data at the responder and the
@@ -55,7 +55,7 @@ func (q *QP) window() int {
 	if q.recovering {
 		return recoveryWindow
 	}
-	return maxUnacked
+	return q.win
 }
 
 // recharge brings the engine's count of packets in flight up to date with
@@ -89,8 +89,8 @@ func (q *QP) mayStart() bool {
 		q.waitInLine()
 		return false
 	}
-	// A full window of 128 has asked for an ACK 64 packets before its
-	// end; a smaller one must ask on its last packet.
+	// A window of 64 or more has asked for an ACK at least 64 packets
+	// before its end; a smaller one must ask on its last packet.
 	q.ackNow = win < ackReqEvery && out+1 >= win || e.inflight+1 >= e.maxInflight || q.turn && q.turnSent+1 >= turnPackets
 	return true
 }

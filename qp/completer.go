@@ -11,7 +11,7 @@ import (
 func (q *QP) onResponse(f *bth.Frame, op bth.Opcode) bool {
 	psn := f.BTH.PSN()
 	// A response must be for a PSN that was sent.
-	if !psn.Less(q.sentPSN) || psn.Diff(q.compPSN) < -maxUnacked*2 {
+	if !psn.Less(q.sentPSN) || psn.Diff(q.compPSN) < -maxWindow*2 {
 		return false
 	}
 	switch {
@@ -113,6 +113,7 @@ func (q *QP) onProgress() {
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.rewound = false
 	q.recovering = false
+	q.widenWindow()
 	if q.reqPSN.Less(q.compPSN) && q.sqReq != q.sqTail {
 		w := q.sqAt(q.sqReq)
 		if w.started && q.compPSN.Diff(w.lastPSN) <= 0 && !w.wr.Opcode.isAtomic() {
@@ -133,6 +134,7 @@ func (q *QP) implicitNak() {
 		return
 	}
 	q.rewound = true
+	q.cutWindow(q.compPSN)
 	q.rewind(q.compPSN)
 }
 
@@ -254,6 +256,7 @@ func (q *QP) onNak(psn bth.PSN, syn bth.Syndrome) {
 		if !q.useRetry() {
 			return
 		}
+		q.cutWindow(psn)
 		q.rewind(psn)
 		q.rewound = true
 	case bth.NakInvalidRequest:

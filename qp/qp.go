@@ -82,6 +82,7 @@ type Stats struct {
 	TxNoBuffer  atomic.Uint64 // Alloc returned nil
 	Retransmits atomic.Uint64 // go-back-N restarts (timeout, NAK, implicit NAK)
 	Timeouts    atomic.Uint64 // local ACK timeouts
+	WindowCuts  atomic.Uint64 // requester windows halved for a loss (window.go)
 	RNRNaksRx   atomic.Uint64
 	RNRNaksTx   atomic.Uint64
 	SeqNaksRx   atomic.Uint64
@@ -209,6 +210,11 @@ type QP struct {
 	turnSent   int
 	ackNow     bool
 	recovering bool
+	// The window (window.go): its width in PSNs, the PSNs acknowledged
+	// towards its growth and compPSN when they were last counted, and
+	// the PSN sent last when it was last cut.
+	win, winAcked  int
+	winPSN, cutPSN bth.PSN
 	// Congestion control (cc.go, pace.go): the static rate limit and
 	// the pacer's burst (0: the engine's); DCQCN; the pacer's bucket and
 	// when it was filled, and until when q waits for it in this Poll
@@ -389,6 +395,7 @@ func (q *QP) onRTR() {
 
 func (q *QP) onRTS() {
 	q.reqPSN, q.sentPSN, q.compPSN = q.attr.SQPSN, q.attr.SQPSN, q.attr.SQPSN
+	q.resetWindow()
 	q.noAck = 0
 	q.retryLeft, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	q.rewound = false

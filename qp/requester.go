@@ -7,10 +7,6 @@ import (
 	"github.com/xroce/xroce/bth"
 )
 
-// maxUnacked is the most PSNs the requester sends beyond the oldest
-// unacknowledged one (rxe's RXE_MAX_UNACKED_PSNS).
-const maxUnacked = 128
-
 // ackReqEvery is how many packets may go without AckReq (rxe asks at least
 // every 64).
 const ackReqEvery = 64

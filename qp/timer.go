@@ -69,6 +69,7 @@ func (q *QP) runTimers(now time.Duration) {
 		if !q.useRetry() {
 			return
 		}
+		q.cutWindow(q.compPSN)
 		q.rewind(q.compPSN)
 		q.rewound = true
 		q.recovering = true

@@ -356,6 +356,7 @@ type Stats struct {
 	RxBadICRC, RxUnknownQP uint64
 	TxNoBuffer             uint64 // the link had no transmit buffer
 	Retransmits, Timeouts  uint64
+	WindowCuts             uint64 // requester windows halved for a loss
 	RNRNaksRx, RNRNaksTx   uint64
 	SeqNaksRx, SeqNaksTx   uint64
 	ErrNaksTx              uint64
@@ -412,6 +413,7 @@ func (d *Device) Stats() Stats {
 		s.TxNoBuffer += e.TxNoBuffer.Load()
 		s.Retransmits += e.Retransmits.Load()
 		s.Timeouts += e.Timeouts.Load()
+		s.WindowCuts += e.WindowCuts.Load()
 		s.RNRNaksRx += e.RNRNaksRx.Load()
 		s.RNRNaksTx += e.RNRNaksTx.Load()
 		s.SeqNaksRx += e.SeqNaksRx.Load()

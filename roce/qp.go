@@ -74,6 +74,7 @@ type PacketStats struct {
 	RxBytes, TxBytes      uint64
 	TxNoBuffer            uint64 // the link had no transmit buffer (the QP waits for one)
 	Retransmits, Timeouts uint64 // go-back-N restarts; local ACK timeouts among their causes
+	WindowCuts            uint64 // the requester's window halved for a loss (qp/window.go)
 	RNRNaksRx, RNRNaksTx  uint64
 	SeqNaksRx, SeqNaksTx  uint64 // PSN sequence error NAKs
 	// Error NAKs by kind: invalid request, remote access error, remote
@@ -102,7 +103,7 @@ func packetStats(e *qp.Stats) PacketStats {
 	return PacketStats{
 		RxFrames: e.RxFrames.Load(), TxFrames: e.TxFrames.Load(),
 		RxBytes: e.RxBytes.Load(), TxBytes: e.TxBytes.Load(), TxNoBuffer: e.TxNoBuffer.Load(),
-		Retransmits: e.Retransmits.Load(), Timeouts: e.Timeouts.Load(),
+		Retransmits: e.Retransmits.Load(), Timeouts: e.Timeouts.Load(), WindowCuts: e.WindowCuts.Load(),
 		RNRNaksRx: e.RNRNaksRx.Load(), RNRNaksTx: e.RNRNaksTx.Load(),
 		SeqNaksRx: e.SeqNaksRx.Load(), SeqNaksTx: e.SeqNaksTx.Load(),
 		InvReqNaksRx: e.InvReqNaksRx.Load(), RemAccessNaksRx: e.RemAccessNaksRx.Load(), RemOpNaksRx: e.RemOpNaksRx.Load(),

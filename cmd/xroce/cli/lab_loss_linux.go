@@ -228,6 +228,7 @@ func (r *labRun) lossTable(before, after lossCounters) {
 		{"PSN sequence NAKs sent", d(before.a.SeqNaksTx, after.a.SeqNaksTx), d(before.b.SeqNaksTx, after.b.SeqNaksTx)},
 		{"PSN sequence NAKs received", d(before.a.SeqNaksRx, after.a.SeqNaksRx), d(before.b.SeqNaksRx, after.b.SeqNaksRx)},
 		{"ACK timeouts", d(before.a.Timeouts, after.a.Timeouts), d(before.b.Timeouts, after.b.Timeouts)},
+		{"requester windows halved", d(before.a.WindowCuts, after.a.WindowCuts), d(before.b.WindowCuts, after.b.WindowCuts)},
 		{"go-back-N retransmissions", d(before.a.Retransmits, after.a.Retransmits), d(before.b.Retransmits, after.b.Retransmits)},
 		{"duplicate requests answered", d(before.a.Duplicates, after.a.Duplicates), d(before.b.Duplicates, after.b.Duplicates)},
 		{"requests discarded after a PSN gap", d(before.a.RxOutOfSeq, after.a.RxOutOfSeq), d(before.b.RxOutOfSeq, after.b.RxOutOfSeq)},
@@ -239,7 +240,7 @@ func (r *labRun) lossTable(before, after lossCounters) {
 	}
 	r.res.lossDrops = rows[1].a + rows[1].b
 	r.res.lossNaks = rows[2].a + rows[2].b
-	r.res.lossRetrans = rows[5].a + rows[5].b
+	r.res.lossRetrans = rows[6].a + rows[6].b
 }
 
 // drawFirstNAK draws the first PSN sequence NAK of the loss phase: the
