@@ -18,10 +18,10 @@ import "github.com/xroce/xroce/bth"
 // loss before that PSN is the same episode.
 //
 // rxe's requester keeps a fixed window of 128 PSNs
-// (RXE_MAX_UNACKED_PSNS); the responder does not limit it (IBA 9.7.7.2
-// leaves the number of outstanding requests other than RDMA READ and
-// atomics to the requester), and the engine's budget (budget.go) bounds
-// what all its QPs have in flight together.
+// (RXE_MAX_UNACKED_PSNS). Responders bound only the RDMA READs and
+// atomics outstanding (max_dest_rd_atomic), not SEND and WRITE packets;
+// the engine's budget (budget.go) bounds what all its QPs have in flight
+// together.
 
 const (
 	// maxWindow is the widest window, that of a QP that has seen no
