@@ -101,7 +101,11 @@ func Open(ifname string, cfg Config) (_ *Device, err error) {
 	}
 	nq := cfg.Queues
 	if nq == 0 {
-		nq = max(min(nl.Attrs().NumRxQueues, 64), 1)
+		n, err := xdp.RxQueues(ifname)
+		if err != nil {
+			n = nl.Attrs().NumRxQueues
+		}
+		nq = max(min(n, 64), 1)
 	}
 
 	d := &Device{}

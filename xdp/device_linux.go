@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -231,12 +233,54 @@ func Available() error {
 }
 
 // RxQueues returns the number of receive queues of the interface ifname
-// (from rtnetlink's IFLA_NUM_RX_QUEUES), for a Config.Queues that covers them
-// all. Like Open it must run in the interface's network namespace.
+// that a socket can bind to, for a Config.Queues that covers them all: the
+// driver's channels (ETHTOOL_GCHANNELS: receive-only plus combined), which
+// are the queues in use, or else rtnetlink's IFLA_NUM_RX_QUEUES, the
+// queues allocated (a veth allocates one per possible CPU and uses one
+// unless told otherwise: binding to the others fails). Like Open it must
+// run in the interface's network namespace.
 func RxQueues(ifname string) (int, error) {
+	if n, err := channels(ifname); err == nil && n > 0 {
+		return n, nil
+	}
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
 		return 0, fmt.Errorf("xdp: look up %s: %w", ifname, err)
 	}
 	return l.Attrs().NumRxQueues, nil
+}
+
+// ethtoolChannels is struct ethtool_channels (linux/ethtool.h).
+type ethtoolChannels struct {
+	cmd                                         uint32
+	maxRx, maxTx, maxOther, maxCombined         uint32
+	rxCount, txCount, otherCount, combinedCount uint32
+}
+
+// ifreqData is struct ifreq with ifr_data set, for SIOCETHTOOL.
+type ifreqData struct {
+	name [unix.IFNAMSIZ]byte
+	data unsafe.Pointer
+	_    [16]byte // the rest of the union
+}
+
+// channels returns the receive-only plus combined channels of ifname.
+func channels(ifname string) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	if len(ifname) >= unix.IFNAMSIZ {
+		return 0, unix.EINVAL
+	}
+	ch := &ethtoolChannels{cmd: unix.ETHTOOL_GCHANNELS}
+	ifr := &ifreqData{data: unsafe.Pointer(ch)}
+	copy(ifr.name[:], ifname)
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(ifr)))
+	runtime.KeepAlive(ifr)
+	if e != 0 {
+		return 0, e
+	}
+	return int(ch.rxCount + ch.combinedCount), nil
 }

@@ -359,6 +359,52 @@ func TestNonRoCEReachesKernel(t *testing.T) {
 	recvCheckT(t, b, p.A, p.B, 8, []int{size})
 }
 
+// A veth made without a queue count allocates a queue per possible CPU
+// and uses one (ethtool -l: RX 1): RxQueues counts the queues in use, and
+// sockets open on all of them.
+func TestRxQueuesInUse(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	err := p.A.Do(func() error {
+		la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "xq0"}, PeerName: "xq1"}
+		if err := netlink.LinkAdd(la); err != nil {
+			return err
+		}
+		for _, name := range []string{"xq0", "xq1"} {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		l, err := netlink.LinkByName("xq0")
+		if err != nil {
+			return err
+		}
+		nq, err := RxQueues("xq0")
+		if err != nil {
+			return err
+		}
+		t.Logf("xq0: %d receive queues allocated, RxQueues %d", l.Attrs().NumRxQueues, nq)
+		if nq != 1 {
+			return fmt.Errorf("RxQueues(xq0) = %d, want 1", nq)
+		}
+		queues := make([]int, nq)
+		for i := range queues {
+			queues[i] = i
+		}
+		d, err := Open("xq0", Config{Queues: queues, RingSize: 64})
+		if err != nil {
+			return err
+		}
+		return d.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestMultiQueue(t *testing.T) {
 	const queues = 2
 	p := netns.NewT(t, netns.Config{Queues: queues})
