@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -369,14 +368,8 @@ func TestVethProgressTakesLink(t *testing.T) {
 func TestVethWaiterInterfaceRemoved(t *testing.T) {
 	da, db, _, p := vethPair(t, Config{}, vethOpts{queues: 1})
 	a, _ := rcPair(t, da, db, 64)
-	if err := p.A.Do(func() error {
-		l, err := netlink.LinkByName(p.A.Ifname)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkDel(l)
-	}); err != nil {
-		t.Fatalf("delete %s: %v", p.A.Ifname, err)
+	if err := p.A.RemoveInterface(); err != nil {
+		t.Fatal(err)
 	}
 	const wait = 3 * time.Second
 	cpu0 := processCPU(t)

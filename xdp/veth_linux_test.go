@@ -887,14 +887,8 @@ func TestInterfaceRemoved(t *testing.T) {
 	d := openT(t, p.A, Config{RingSize: 64})
 	s := d.Sockets()[0]
 	fds0, _ := resources(t)
-	if err := p.A.Do(func() error {
-		l, err := netlink.LinkByName(p.A.Ifname)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkDel(l)
-	}); err != nil {
-		t.Fatalf("delete %s: %v", p.A.Ifname, err)
+	if err := p.A.RemoveInterface(); err != nil {
+		t.Fatal(err)
 	}
 	// A Receive waiting without a deadline notices within deadCheck.
 	bufs := make([][]byte, 8)
@@ -932,14 +926,8 @@ func TestInterfaceRemovedNonWaiting(t *testing.T) {
 	if n, err := s.Receive(bufs, 0); n != 0 || err != nil {
 		t.Fatalf("Receive before removal = %d, %v", n, err)
 	}
-	if err := p.A.Do(func() error {
-		l, err := netlink.LinkByName(p.A.Ifname)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkDel(l)
-	}); err != nil {
-		t.Fatalf("delete %s: %v", p.A.Ifname, err)
+	if err := p.A.RemoveInterface(); err != nil {
+		t.Fatal(err)
 	}
 	start := time.Now()
 	for {

@@ -132,3 +132,18 @@ func (h *Host) SetMTU(mtu int) error {
 func (p *Pair) SetMTU(mtu int) error {
 	return errors.Join(p.A.SetMTU(mtu), p.B.SetMTU(mtu))
 }
+
+// RemoveInterface deletes the host's veth end (and so its peer), as when
+// a NIC goes away under the sockets bound to it. Close does not mind.
+func (h *Host) RemoveInterface() error {
+	return h.Do(func() error {
+		l, err := netlink.LinkByName(h.Ifname)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			return fmt.Errorf("netns: delete %s: %w", h.Ifname, err)
+		}
+		return nil
+	})
+}
