@@ -150,6 +150,9 @@ func (e *Engine) onCNP(f *bth.Frame) bool {
 	cuts := q.rp.Cuts()
 	q.rp.OnCNP(e.now)
 	q.noteRate(cuts)
+	if q.typ == RC {
+		q.narrowWindow()
+	}
 	return true
 }
 

@@ -15,7 +15,11 @@ import "github.com/xroce/xroce/bth"
 // and grows by one PSN for every windowGrowth PSNs acknowledged, which
 // gains an eighth of the window per round trip. Losses found in the same
 // window cut it once: a cut is remembered with the PSN sent last, and a
-// loss before that PSN is the same episode.
+// loss before that PSN is the same episode. A CNP halves it too, but not
+// below congestedWindow: DCQCN paces a QP whose path is congested, and a
+// window beyond that only lets its packets queue longer, at the expense of
+// QPs that join later (internal/ccsim's TestJoinLeave measured a flow
+// joining two others at 1.7 times their share for 30 ms without it).
 //
 // rxe's requester keeps a fixed window of 128 PSNs
 // (RXE_MAX_UNACKED_PSNS). Responders bound only the RDMA READs and
@@ -31,6 +35,11 @@ const (
 	minWindow = 16
 	// windowGrowth is how many PSNs acknowledged widen the window by one.
 	windowGrowth = 8
+	// congestedWindow is the narrowest window a CNP leaves: rxe's fixed
+	// one. It is at least twice ackReqEvery, so that a window narrowed
+	// without going back (a CNP, unlike a loss) still has an AckReq among
+	// the packets beyond it and never waits for the ACK timeout.
+	congestedWindow = 128
 )
 
 // resetWindow gives q a full window (a QP entering RTS).
@@ -65,4 +74,10 @@ func (q *QP) cutWindow(psn bth.PSN) {
 	q.win = max(q.win/2, minWindow)
 	q.winAcked = 0
 	q.count(&q.e.stats.WindowCuts, &q.stats.WindowCuts)
+}
+
+// narrowWindow halves the window for a CNP, down to congestedWindow; a
+// narrower window is left as it is.
+func (q *QP) narrowWindow() {
+	q.win = max(min(q.win, congestedWindow), q.win/2)
 }

@@ -98,3 +98,32 @@ func TestWindowTimeoutAndBounds(t *testing.T) {
 		t.Fatalf("window %d after 2^20 PSNs acknowledged, want the ceiling %d", q.win, maxWindow)
 	}
 }
+
+// A CNP halves the window down to congestedWindow and no further; a
+// window narrowed by losses below that is left alone.
+func TestWindowNarrowsOnCNP(t *testing.T) {
+	p := newMemPair(t, MTU1024)
+	a := p.q[0]
+	ff := bth.FrameFields{SrcMAC: simMACs[1], DstMAC: simMACs[0], SrcIP: ipB, DstIP: ipA, TTL: 64, TOS: 0xc2,
+		SrcPort: 0xf000, BTH: bth.CNPFields(0xffff, a.QPN())}
+	buf := make([]byte, 128)
+	n, err := bth.Build(buf, &ff, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnp := buf[:n]
+	for _, want := range []int{maxWindow / 2, congestedWindow, congestedWindow} {
+		p.e[0].Input([][]byte{cnp}, 0)
+		if a.win != want {
+			t.Fatalf("window %d after a CNP, want %d", a.win, want)
+		}
+	}
+	a.win = minWindow
+	p.e[0].Input([][]byte{cnp}, 0)
+	if a.win != minWindow {
+		t.Fatalf("a CNP changed a window of %d to %d", minWindow, a.win)
+	}
+	if a.Stats().RxCNP.Load() != 4 {
+		t.Fatalf("%d CNPs counted, want 4", a.Stats().RxCNP.Load())
+	}
+}
