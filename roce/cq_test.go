@@ -1,8 +1,10 @@
 package roce
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -102,31 +104,37 @@ func TestArmSolicited(t *testing.T) {
 }
 
 // Arm fires once for the next completion after it, not for one before.
+// It runs in a synctest bubble: the wait for a notification that must
+// not come is on fake time.
 func TestArm(t *testing.T) {
-	da, db := pipeDevices(t, 1, noFaults, Config{})
-	a, b := rcPair(t, da, db, 64)
-	for i := range 2 {
-		b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}})
-	}
-	a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
-	for b.cq.Len() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	ch := b.cq.Arm()
-	select {
-	case <-ch:
-		t.Fatal("notification for a completion added before Arm")
-	case <-time.After(20 * time.Millisecond):
-	}
-	a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
-	select {
-	case <-ch:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no notification")
-	}
-	if b.cq.Len() != 2 {
-		t.Fatalf("%d completions, want 2", b.cq.Len())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, 1, noFaults, Config{})
+		a, b := rcPair(t, da, db, 64)
+		for i := range 2 {
+			b.qp.PostRecv(&RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}})
+		}
+		a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := b.cq.Wait(ctx); err != nil {
+			t.Fatalf("wait for the first completion: %v", err)
+		}
+		ch := b.cq.Arm()
+		select {
+		case <-ch:
+			t.Fatal("notification for a completion added before Arm")
+		case <-time.After(20 * time.Millisecond):
+		}
+		a.qp.PostSend(&SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}})
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no notification")
+		}
+		if b.cq.Len() != 2 {
+			t.Fatalf("%d completions, want 2", b.cq.Len())
+		}
+	})
 }
 
 // Arming an SRQ limit above its current length fires at once.

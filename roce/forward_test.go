@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/link"
@@ -31,58 +31,56 @@ func (l *heldLink) Wakeup() {
 // A batch of frames for another worker's QP wakes that worker once, not
 // once per frame: over AF_XDP each wakeup of a sleeping worker is an
 // eventfd write, and a stream whose peers sit on different workers has
-// every frame forwarded.
+// every frame forwarded. It runs in a synctest bubble, where
+// synctest.Wait lets the workers settle before each look.
 func TestForwardWakesOncePerBatch(t *testing.T) {
-	l0, _ := link.NewPipe(link.PipeConfig{Buffers: 256, MACA: macA, MACB: macB})
-	p1, _ := link.NewPipe(link.PipeConfig{Buffers: 256, MACA: macA, MACB: macB})
-	l1 := &heldLink{Link: p1}
-	l1.hold.Store(true)
-	d, err := NewDevice([]link.Link{l0, l1}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l1.hold.Store(false)
-		d.Close()
-	})
-	w0, w1 := d.workers[0], d.workers[1]
-	for start := time.Now(); !w1.sleeping.Load(); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("worker 1 did not go to sleep in 10 s")
+	synctest.Test(t, func(t *testing.T) {
+		l0, _ := link.NewPipe(link.PipeConfig{Buffers: 256, MACA: macA, MACB: macB})
+		p1, _ := link.NewPipe(link.PipeConfig{Buffers: 256, MACA: macA, MACB: macB})
+		l1 := &heldLink{Link: p1}
+		l1.hold.Store(true)
+		d, err := NewDevice([]link.Link{l0, l1}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		t.Cleanup(func() {
+			l1.hold.Store(false)
+			d.Close()
+		})
+		w0, w1 := d.workers[0], d.workers[1]
+		synctest.Wait()
+		if !w1.sleeping.Load() {
+			t.Fatal("worker 1 is not asleep once the device settled")
+		}
 
-	// Frames to QP 1 (worker 1), arriving on worker 0's link.
-	const nframes = 16
-	frames := make([][]byte, nframes)
-	for i := range frames {
-		frames[i] = frameTo(t, 1, false)
-	}
-	w0.mu.Lock()
-	w0.input(frames, d.now())
-	w0.mu.Unlock()
+		// Frames to QP 1 (worker 1), arriving on worker 0's link.
+		const nframes = 16
+		frames := make([][]byte, nframes)
+		for i := range frames {
+			frames[i] = frameTo(t, 1, false)
+		}
+		w0.mu.Lock()
+		w0.input(frames, d.now())
+		w0.mu.Unlock()
 
-	if n := l1.wakeups.Load(); n != 1 {
-		t.Errorf("worker 1 woken %d times for a batch of %d frames, want 1", n, nframes)
-	}
-	if n := w1.forwarded.Load(); n != nframes {
-		t.Errorf("%d frames forwarded, want %d", n, nframes)
-	}
-	// Let worker 1 run: it takes the frames (and drops them: there is no
-	// QP 1) and gives their buffers back.
-	l1.hold.Store(false)
-	w1.link.Wakeup()
-	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		if n := l1.wakeups.Load(); n != 1 {
+			t.Errorf("worker 1 woken %d times for a batch of %d frames, want 1", n, nframes)
+		}
+		if n := w1.forwarded.Load(); n != nframes {
+			t.Errorf("%d frames forwarded, want %d", n, nframes)
+		}
+		// Let worker 1 run: it takes the frames (and drops them: there is no
+		// QP 1) and gives their buffers back.
+		l1.hold.Store(false)
+		w1.link.Wakeup()
+		synctest.Wait()
 		w1.fmu.Lock()
 		free := len(w1.ffree)
 		w1.fmu.Unlock()
-		if free == d.cfg.Forward {
-			break
+		if free != d.cfg.Forward {
+			t.Fatalf("worker 1 has not taken the forwarded frames (%d of %d buffers free)", free, d.cfg.Forward)
 		}
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("worker 1 has not taken the forwarded frames in 10 s (%d of %d buffers free)", free, d.cfg.Forward)
-		}
-	}
+	})
 }
 
 // frameTo builds a RoCE v2 SEND Only frame to QP qpn (IPv4 or IPv6).

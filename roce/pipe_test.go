@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/link"
@@ -242,10 +243,14 @@ func testSRQ(t *testing.T, da, db *Device) {
 	}
 }
 
-// UD: datagrams with their GRH area and the sender's QPN.
+// UD: datagrams with their GRH area and the sender's QPN. It runs in a
+// synctest bubble: the wait for a datagram that must not arrive is on
+// fake time.
 func TestPipeUD(t *testing.T) {
-	da, db := pipeDevices(t, 1, noFaults, Config{})
-	testUD(t, da, db)
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, 1, noFaults, Config{})
+		testUD(t, da, db)
+	})
 }
 
 func testUD(t *testing.T, da, db *Device) {
@@ -290,87 +295,95 @@ func ipOf(d *Device) (ip netip.Addr) {
 	return ip
 }
 
-// A peer that vanishes: the requester ends in RETRY_EXC_ERR within its
-// retry budget, and the QP's fatal event is raised.
+// A peer that vanishes: the requester ends in RETRY_EXC_ERR when its
+// retry budget is spent, and the QP's fatal event is raised. It runs in a
+// synctest bubble, on fake time.
 func TestPipePeerVanishes(t *testing.T) {
-	da, db := pipeDevices(t, 1, noFaults, Config{})
-	a, b := newSide(t, da, RC, 4096, nil, nil), newSide(t, db, RC, 4096, nil, nil)
-	connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 2}) // 16.8 ms × 3
-	db.Close()
-	start := time.Now()
-	if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	want(t, a.cq, WCRDMAWrite, WCRetryExcErr)
-	if el := time.Since(start); el > time.Second || el < 3*16*time.Millisecond {
-		t.Fatalf("RETRY_EXC_ERR after %v, want about 50 ms", el)
-	}
-	if st := a.qp.State(); st != StateErr {
-		t.Fatalf("QP in %v, want ERR", st)
-	}
-	if s := a.qp.Stats(); s.SendErrors != 1 || s.LastError != WCRetryExcErr {
-		t.Fatalf("QP stats %+v", s)
-	}
-	select {
-	case e := <-da.Events():
-		if e.Type != EventQPFatal || e.QPN != a.qp.QPN() {
-			t.Fatalf("event %+v", e)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("no QP fatal event")
-	}
-	// The memory is free again.
-	if err := a.mr.Dereg(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// Closing a device with traffic in flight flushes every request and
-// releases everything.
-func TestPipeCloseInFlight(t *testing.T) {
-	da, db := pipeDevices(t, 2, link.Faults{Delay: 5 * time.Millisecond}, Config{})
-	a, b := rcPair(t, da, db, 1<<20)
-	for i := range 32 {
-		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, 1, noFaults, Config{})
+		a, b := newSide(t, da, RC, 4096, nil, nil), newSide(t, db, RC, 4096, nil, nil)
+		connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 2}) // 16.8 ms × 3
+		db.Close()
+		start := time.Now()
+		if err := a.qp.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for i := range 16 {
-		if err := a.qp.PostRecv(&RecvWR{ID: uint64(100 + i), SGL: []SGE{a.mr.SGE(0, 10)}}); err != nil {
+		want(t, a.cq, WCRDMAWrite, WCRetryExcErr)
+		// On fake time the timeouts are exact: the first try and two
+		// retries, each waiting 4.096 µs × 2^12.
+		if el, want := time.Since(start), 3*(4096*time.Nanosecond<<12); el != want {
+			t.Fatalf("RETRY_EXC_ERR after %v, want %v", el, want)
+		}
+		if st := a.qp.State(); st != StateErr {
+			t.Fatalf("QP in %v, want ERR", st)
+		}
+		if s := a.qp.Stats(); s.SendErrors != 1 || s.LastError != WCRetryExcErr {
+			t.Fatalf("QP stats %+v", s)
+		}
+		select {
+		case e := <-da.Events():
+			if e.Type != EventQPFatal || e.QPN != a.qp.QPN() {
+				t.Fatalf("event %+v", e)
+			}
+		case <-time.After(time.Second):
+			t.Fatal("no QP fatal event")
+		}
+		// The memory is free again.
+		if err := a.mr.Dereg(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := da.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := da.Close(); err != nil {
-		t.Fatal("second Close:", err)
-	}
-	var wcs [64]WC
-	n := a.cq.Poll(wcs[:])
-	flushed := 0
-	for _, wc := range wcs[:n] {
-		if wc.Status == WCWRFlushErr {
-			flushed++
+	})
+}
+
+// Closing a device with traffic in flight flushes every request and
+// releases everything. It runs in a synctest bubble: no time passes
+// before Close, so the 5 ms pipe delay keeps the frames in flight.
+func TestPipeCloseInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, 2, link.Faults{Delay: 5 * time.Millisecond}, Config{})
+		a, b := rcPair(t, da, db, 1<<20)
+		for i := range 32 {
+			if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if n != 48 || flushed == 0 {
-		t.Fatalf("%d completions (%d flushed) after Close, want 48", n, flushed)
-	}
-	if s := da.Stats(); s.MRs != 0 || s.PinnedPages != 0 {
-		t.Fatalf("after Close: %d MRs, %d pinned pages", s.MRs, s.PinnedPages)
-	}
-	if err := a.qp.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("post after Close: %v, want ErrClosed", err)
-	}
-	if _, err := da.AllocPD(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("AllocPD after Close: %v", err)
-	}
-	if err := a.cq.Wait(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Wait after Close: %v", err)
-	}
+		for i := range 16 {
+			if err := a.qp.PostRecv(&RecvWR{ID: uint64(100 + i), SGL: []SGE{a.mr.SGE(0, 10)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := da.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := da.Close(); err != nil {
+			t.Fatal("second Close:", err)
+		}
+		var wcs [64]WC
+		n := a.cq.Poll(wcs[:])
+		flushed := 0
+		for _, wc := range wcs[:n] {
+			if wc.Status == WCWRFlushErr {
+				flushed++
+			}
+		}
+		if n != 48 || flushed == 0 {
+			t.Fatalf("%d completions (%d flushed) after Close, want 48", n, flushed)
+		}
+		if s := da.Stats(); s.MRs != 0 || s.PinnedPages != 0 {
+			t.Fatalf("after Close: %d MRs, %d pinned pages", s.MRs, s.PinnedPages)
+		}
+		if err := a.qp.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("post after Close: %v, want ErrClosed", err)
+		}
+		if _, err := da.AllocPD(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("AllocPD after Close: %v", err)
+		}
+		if err := a.cq.Wait(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Wait after Close: %v", err)
+		}
+	})
 }
 
 // UC: SEND and WRITE (UC has no READ or atomics: refused at post).
