@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/bth"
@@ -356,7 +357,7 @@ var attackCases = []struct {
 }
 
 // runAttacks runs every case against d, each on a new QP, with peer as
-// the attacker.
+// the attacker (TestAttackVeth; TestAttackPipe gives each case a device).
 func runAttacks(t *testing.T, d *Device, peer *rogue.Peer) {
 	for _, c := range attackCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -366,16 +367,24 @@ func runAttacks(t *testing.T, d *Device, peer *rogue.Peer) {
 	}
 }
 
-// TestAttackPipe runs the adversarial suite over link.Pipe.
+// TestAttackPipe runs the adversarial suite over link.Pipe, each case on
+// a device and pipe of its own in a synctest bubble: the waits for what
+// must not come (quiet, the forged responses) are on fake time.
 func TestAttackPipe(t *testing.T) {
-	la, lb := link.NewPipe(link.PipeConfig{Seed: 1, Buffers: 4096, MACA: macA, MACB: macB})
-	d, err := NewDevice([]link.Link{la}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range attackCases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				la, lb := link.NewPipe(link.PipeConfig{Seed: 1, Buffers: 4096, MACA: macA, MACB: macB})
+				d, err := NewDevice([]link.Link{la}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { d.Close(); lb.Close() })
+				peer := &rogue.Peer{Link: lb, IP: ipB, QPN: 0x4242, VictimIP: ipA}
+				copy(peer.MAC[:], macB)
+				copy(peer.VictimMAC[:], macA)
+				c.run(attackSetup(t, d, peer, c.opts))
+			})
+		})
 	}
-	t.Cleanup(func() { d.Close(); lb.Close() })
-	peer := &rogue.Peer{Link: lb, IP: ipB, QPN: 0x4242, VictimIP: ipA}
-	copy(peer.MAC[:], macB)
-	copy(peer.VictimMAC[:], macA)
-	runAttacks(t, d, peer)
 }
