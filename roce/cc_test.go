@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/bth"
@@ -68,7 +69,8 @@ func ucBurst(t *testing.T, a, b *side, n, size int) int {
 // TestPipeRateLimitUC is the interop suite's UC problem in miniature: a
 // UC sender faster than the path overruns its queue and loses messages
 // that UC never sends again; the same sender held to 80% of the path's
-// rate by its QP's limit loses nothing.
+// rate by its QP's limit loses nothing. Each case runs in a synctest
+// bubble, on fake time.
 func TestPipeRateLimitUC(t *testing.T) {
 	const pathRate = 100_000_000 // b/s
 	slow := link.Faults{Rate: pathRate, RateOverhead: 24, MaxQueueDelay: 5 * time.Millisecond}
@@ -80,35 +82,37 @@ func TestPipeRateLimitUC(t *testing.T) {
 		{"limited", pathRate * 8 / 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			da, db, pa := pipeDevicesWith(t, slow, link.Faults{}, Config{})
-			a, b := newSide(t, da, UC, 64<<10, nil, nil), newSide(t, db, UC, 64<<10, nil, nil)
-			connect(t, a, b, ConnectOptions{})
-			if err := a.qp.SetRateLimit(tc.limit, 16<<10); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			got := ucBurst(t, a, b, 16, 64<<10)
-			took := time.Since(start)
-			lost := pa.Stats().Extra["overflow"]
-			t.Logf("%d of 16 messages of 64 KiB in %v, %d frames overflowed the path", got, took, lost)
-			if tc.limit == 0 {
-				if got == 16 || lost == 0 {
-					t.Errorf("unlimited: %d of 16 arrived, %d frames overflowed; want losses", got, lost)
+			synctest.Test(t, func(t *testing.T) {
+				da, db, pa := pipeDevicesWith(t, slow, link.Faults{}, Config{})
+				a, b := newSide(t, da, UC, 64<<10, nil, nil), newSide(t, db, UC, 64<<10, nil, nil)
+				connect(t, a, b, ConnectOptions{})
+				if err := a.qp.SetRateLimit(tc.limit, 16<<10); err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			if got != 16 || lost != 0 {
-				t.Errorf("limited to %d b/s: %d of 16 arrived, %d frames overflowed; want all, none", tc.limit, got, lost)
-			}
-			// 1 MiB and its headers at 80 Mb/s take over 100 ms, less the
-			// 16 KiB burst: a lower bound, which a slow machine only
-			// exceeds further.
-			if min := 100 * time.Millisecond; took < min {
-				t.Errorf("16 × 64 KiB at %d b/s took %v, want at least %v", tc.limit, took, min)
-			}
-			if r := a.qp.Stats().Rate; r != uint64(tc.limit) {
-				t.Errorf("QP Rate = %d, want %d", r, tc.limit)
-			}
+				start := time.Now()
+				got := ucBurst(t, a, b, 16, 64<<10)
+				took := time.Since(start)
+				lost := pa.Stats().Extra["overflow"]
+				t.Logf("%d of 16 messages of 64 KiB in %v, %d frames overflowed the path", got, took, lost)
+				if tc.limit == 0 {
+					if got == 16 || lost == 0 {
+						t.Errorf("unlimited: %d of 16 arrived, %d frames overflowed; want losses", got, lost)
+					}
+					return
+				}
+				if got != 16 || lost != 0 {
+					t.Errorf("limited to %d b/s: %d of 16 arrived, %d frames overflowed; want all, none", tc.limit, got, lost)
+				}
+				// 1 MiB and its headers at 80 Mb/s take about 110 ms, less
+				// the 16 KiB burst; on fake time the pacer's schedule is
+				// all there is to it, so the bound is on both sides.
+				if lo, hi := 100*time.Millisecond, 120*time.Millisecond; took < lo || took > hi {
+					t.Errorf("16 × 64 KiB at %d b/s took %v, want %v to %v", tc.limit, took, lo, hi)
+				}
+				if r := a.qp.Stats().Rate; r != uint64(tc.limit) {
+					t.Errorf("QP Rate = %d, want %d", r, tc.limit)
+				}
+			})
 		})
 	}
 }
