@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/link"
@@ -164,60 +165,88 @@ func TestRsocketCloseDelivers(t *testing.T) {
 }
 
 // TestRsocketDeadlines: Read and Write deadlines, pending calls woken by
-// them, and a connection still usable afterwards.
+// them, and a connection still usable afterwards. It runs in a synctest
+// bubble: the calls end at their deadlines exactly.
 func TestRsocketDeadlines(t *testing.T) {
-	a, b := rsPair(t, link.Faults{}, 0, Config{RingSize: 8 << 10}, Config{RingSize: 8 << 10})
-	a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-	_, err := a.Read(make([]byte, 10))
-	var ne net.Error
-	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("read past deadline: %v", err)
-	}
-	// A Write into a peer that does not read stops when its ring (two
-	// halves offered, 8 KiB) is full, at the deadline.
-	b.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	n, err := b.Write(make([]byte, 64<<10))
-	if !errors.Is(err, os.ErrDeadlineExceeded) || n != 8<<10 {
-		t.Fatalf("write to a full ring: %d, %v; want 8192, deadline", n, err)
-	}
-	a.SetReadDeadline(time.Time{})
-	b.SetWriteDeadline(time.Time{})
-	if _, err := io.ReadFull(a, make([]byte, 8<<10)); err != nil {
-		t.Fatal(err)
-	}
-	transfer(t, b, a, 256<<10, 10<<10, 3<<10, 9)
+	synctest.Test(t, func(t *testing.T) {
+		a, b := rsPair(t, link.Faults{}, 0, Config{RingSize: 8 << 10}, Config{RingSize: 8 << 10})
+		start := time.Now()
+		a.SetReadDeadline(start.Add(20 * time.Millisecond))
+		_, err := a.Read(make([]byte, 10))
+		var ne net.Error
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read past deadline: %v", err)
+		}
+		if el := time.Since(start); el != 20*time.Millisecond {
+			t.Errorf("read ended after %v, want its deadline, 20ms", el)
+		}
+		// A Write into a peer that does not read stops when its ring (two
+		// halves offered, 8 KiB) is full, at the deadline.
+		start = time.Now()
+		b.SetWriteDeadline(start.Add(100 * time.Millisecond))
+		n, err := b.Write(make([]byte, 64<<10))
+		if !errors.Is(err, os.ErrDeadlineExceeded) || n != 8<<10 {
+			t.Fatalf("write to a full ring: %d, %v; want 8192, deadline", n, err)
+		}
+		if el := time.Since(start); el != 100*time.Millisecond {
+			t.Errorf("write ended after %v, want its deadline, 100ms", el)
+		}
+		a.SetReadDeadline(time.Time{})
+		b.SetWriteDeadline(time.Time{})
+		if _, err := io.ReadFull(a, make([]byte, 8<<10)); err != nil {
+			t.Fatal(err)
+		}
+		transfer(t, b, a, 256<<10, 10<<10, 3<<10, 9)
+	})
 }
 
 // TestRsocketPeerVanishes: with keepalives, an idle reader whose peer
 // vanished (its device closed) fails with ErrReset instead of waiting for
-// ever.
+// ever, once the first keepalive's retries are spent. It runs in a
+// synctest bubble, on fake time.
 func TestRsocketPeerVanishes(t *testing.T) {
-	_, db, aa, ab := pipeAgents(t, link.Faults{}, 0)
-	l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			_ = c // left open: its device goes away under it
+	synctest.Test(t, func(t *testing.T) {
+		_, db, aa, ab := pipeAgents(t, link.Faults{}, 0)
+		l, err := Config{}.ListenCM(ab, netip.AddrPortFrom(netip.Addr{}, 7471))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	a, err := Config{Protocol: ProtocolRsocket, Keepalive: 50 * time.Millisecond}.DialCM(ctx, aa, netip.AddrPortFrom(ipB, 7471))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	db.Close()
-	a.SetReadDeadline(time.Now().Add(10 * time.Second))
-	start := time.Now()
-	if _, err := a.Read(make([]byte, 10)); !errors.Is(err, ErrReset) {
-		t.Fatalf("read from a vanished peer: %v, want ErrReset", err)
-	}
-	if s := a.Stats(); s.Keepalives == 0 {
-		t.Fatalf("no keepalives sent in %v", time.Since(start))
-	}
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			// Left open while its device goes away under it; closed at
+			// the end, so that no goroutine outlives the bubble.
+			c, _ := l.Accept()
+			accepted <- c
+		}()
+		t.Cleanup(func() {
+			l.Close()
+			if c := <-accepted; c != nil {
+				c.Close()
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, err := Config{Protocol: ProtocolRsocket, Keepalive: 50 * time.Millisecond}.DialCM(ctx, aa, netip.AddrPortFrom(ipB, 7471))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		db.Close()
+		a.SetReadDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		if _, err := a.Read(make([]byte, 10)); !errors.Is(err, ErrReset) {
+			t.Fatalf("read from a vanished peer: %v, want ErrReset", err)
+		}
+		if s := a.Stats(); s.Keepalives == 0 {
+			t.Fatalf("no keepalives sent in %v", time.Since(start))
+		}
+		// The first keepalive goes within 50 ms and fails after its
+		// first try and 6 retries of 4.096 µs × 2^14 each.
+		retries := 7 * (4096 * time.Nanosecond << 14)
+		if el := time.Since(start); el < retries || el > 50*time.Millisecond+retries {
+			t.Errorf("ErrReset after %v, want %v to %v", el, retries, 50*time.Millisecond+retries)
+		}
+	})
 }
 
 // TestListenerTakesBoth: one ListenCM listener accepts xroce's protocol
@@ -300,13 +329,18 @@ func TestRsocketHTTP(t *testing.T) {
 
 // TestRsocketKeepalive: keepalives (zero-length RDMA WRITEs with no valid
 // address or R_Key) are acknowledged by a live peer: the idle
-// connection stays up and carries data afterwards.
+// connection stays up and carries data afterwards. It runs in a synctest
+// bubble, on fake time.
 func TestRsocketKeepalive(t *testing.T) {
-	a, b := rsPair(t, link.Faults{}, 0, Config{Keepalive: 10 * time.Millisecond}, Config{})
-	time.Sleep(150 * time.Millisecond)
-	if s := a.Stats(); s.Keepalives < 3 {
-		t.Fatalf("%d keepalives in 150 ms at 10 ms", s.Keepalives)
-	}
-	transfer(t, a, b, 64<<10, 4<<10, 4<<10, 2)
-	transfer(t, b, a, 64<<10, 4<<10, 4<<10, 3)
+	synctest.Test(t, func(t *testing.T) {
+		a, b := rsPair(t, link.Faults{}, 0, Config{Keepalive: 10 * time.Millisecond}, Config{})
+		time.Sleep(150 * time.Millisecond)
+		// One per 10 ms: 15, or 14 when the sleep ends before the tick due
+		// at the same instant.
+		if s := a.Stats(); s.Keepalives < 14 || s.Keepalives > 15 {
+			t.Fatalf("%d keepalives in 150 ms at 10 ms, want 14 or 15", s.Keepalives)
+		}
+		transfer(t, a, b, 64<<10, 4<<10, 4<<10, 2)
+		transfer(t, b, a, 64<<10, 4<<10, 4<<10, 3)
+	})
 }

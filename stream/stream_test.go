@@ -13,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/link"
@@ -226,81 +227,106 @@ func TestPipeGracefulClose(t *testing.T) {
 	}
 }
 
+// Read and Write deadlines end blocked calls at the deadline, also one
+// set while the call waits, and can be cleared. It runs in a synctest
+// bubble: the calls end at their deadlines exactly.
 func TestPipeDeadlines(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	a, b := pair(t, da, db, Config{RingSize: 4 << 10})
-	a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-	_, err := a.Read(make([]byte, 10))
-	var ne net.Error
-	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("read past deadline: %v, want os.ErrDeadlineExceeded", err)
-	}
-	// A pending Read is woken by a deadline set later.
-	a.SetReadDeadline(time.Time{})
-	errc := make(chan error, 1)
-	go func() {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, link.Faults{}, 0)
+		a, b := pair(t, da, db, Config{RingSize: 4 << 10})
+		start := time.Now()
+		a.SetReadDeadline(start.Add(20 * time.Millisecond))
 		_, err := a.Read(make([]byte, 10))
-		errc <- err
-	}()
-	time.Sleep(10 * time.Millisecond)
-	a.SetReadDeadline(time.Now())
-	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("pending read: %v", err)
-	}
-	// A Write blocked on a full ring times out with what it wrote.
-	b.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	n, err := b.Write(make([]byte, 64<<10))
-	if !errors.Is(err, os.ErrDeadlineExceeded) || n != 4<<10 {
-		t.Fatalf("write to full ring: %d, %v; want 4096, deadline", n, err)
-	}
-	// Clearing the deadline makes the connection usable again.
-	a.SetReadDeadline(time.Time{})
-	b.SetWriteDeadline(time.Time{})
-	if _, err := io.ReadFull(a, make([]byte, 4<<10)); err != nil {
-		t.Fatal(err)
-	}
-	transfer(t, b, a, 4<<10, 1<<10, 1<<10, 9)
-}
-
-// Close wakes blocked Reads and Writes with net.ErrClosed.
-func TestPipeCloseWakes(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	a, _ := pair(t, da, db, Config{RingSize: 4 << 10, Linger: 100 * time.Millisecond})
-	errc := make(chan error, 2)
-	go func() {
-		_, err := a.Read(make([]byte, 10))
-		errc <- err
-	}()
-	go func() {
-		_, err := a.Write(make([]byte, 64<<10))
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	a.Close()
-	for range 2 {
-		if err := <-errc; !errors.Is(err, net.ErrClosed) {
-			t.Errorf("blocked call after Close: %v, want net.ErrClosed", err)
+		var ne net.Error
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read past deadline: %v, want os.ErrDeadlineExceeded", err)
 		}
-	}
+		if el := time.Since(start); el != 20*time.Millisecond {
+			t.Errorf("read ended after %v, want its deadline, 20ms", el)
+		}
+		// A pending Read is woken by a deadline set later.
+		a.SetReadDeadline(time.Time{})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := a.Read(make([]byte, 10))
+			errc <- err
+		}()
+		time.Sleep(10 * time.Millisecond)
+		a.SetReadDeadline(time.Now())
+		if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("pending read: %v", err)
+		}
+		// A Write blocked on a full ring times out with what it wrote.
+		start = time.Now()
+		b.SetWriteDeadline(start.Add(50 * time.Millisecond))
+		n, err := b.Write(make([]byte, 64<<10))
+		if !errors.Is(err, os.ErrDeadlineExceeded) || n != 4<<10 {
+			t.Fatalf("write to full ring: %d, %v; want 4096, deadline", n, err)
+		}
+		if el := time.Since(start); el != 50*time.Millisecond {
+			t.Errorf("write ended after %v, want its deadline, 50ms", el)
+		}
+		// Clearing the deadline makes the connection usable again.
+		a.SetReadDeadline(time.Time{})
+		b.SetWriteDeadline(time.Time{})
+		if _, err := io.ReadFull(a, make([]byte, 4<<10)); err != nil {
+			t.Fatal(err)
+		}
+		transfer(t, b, a, 4<<10, 1<<10, 1<<10, 9)
+	})
 }
 
-// A peer that vanishes (its device closed) is an ErrReset within a few
-// seconds, for a writer and for a reader that then writes.
+// Close wakes blocked Reads and Writes with net.ErrClosed. It runs in a
+// synctest bubble: the calls are blocked when Close comes.
+func TestPipeCloseWakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, link.Faults{}, 0)
+		a, _ := pair(t, da, db, Config{RingSize: 4 << 10, Linger: 100 * time.Millisecond})
+		errc := make(chan error, 2)
+		go func() {
+			_, err := a.Read(make([]byte, 10))
+			errc <- err
+		}()
+		go func() {
+			_, err := a.Write(make([]byte, 64<<10))
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		a.Close()
+		for range 2 {
+			if err := <-errc; !errors.Is(err, net.ErrClosed) {
+				t.Errorf("blocked call after Close: %v, want net.ErrClosed", err)
+			}
+		}
+	})
+}
+
+// A peer that vanishes (its device closed) is an ErrReset once the
+// default retries are spent, for a writer and for a reader that then
+// writes. It runs in a synctest bubble, on fake time.
 func TestPipePeerCrash(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	a, _ := pair(t, da, db, Config{RingSize: 64 << 10})
-	db.Close()
-	a.SetDeadline(time.Now().Add(10 * time.Second))
-	var err error
-	for i := 0; i < 1000 && err == nil; i++ {
-		_, err = a.Write(make([]byte, 1000))
-	}
-	if !errors.Is(err, ErrReset) {
-		t.Fatalf("write to a crashed peer: %v, want ErrReset", err)
-	}
-	if _, err := a.Read(make([]byte, 1)); !errors.Is(err, ErrReset) {
-		t.Fatalf("read after reset: %v, want ErrReset", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, link.Faults{}, 0)
+		a, _ := pair(t, da, db, Config{RingSize: 64 << 10})
+		db.Close()
+		a.SetDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		var err error
+		for i := 0; i < 1000 && err == nil; i++ {
+			_, err = a.Write(make([]byte, 1000))
+		}
+		if !errors.Is(err, ErrReset) {
+			t.Fatalf("write to a crashed peer: %v, want ErrReset", err)
+		}
+		// The first write's message timed out on its first try and each
+		// of its 6 retries: 7 × 4.096 µs × 2^14, exactly on fake time.
+		if el, want := time.Since(start), 7*(4096*time.Nanosecond<<14); el != want {
+			t.Errorf("ErrReset after %v, want %v", el, want)
+		}
+		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, ErrReset) {
+			t.Fatalf("read after reset: %v, want ErrReset", err)
+		}
+	})
 }
 
 // The direct path: large reads are advertised and filled in place, small
@@ -345,34 +371,37 @@ func TestPipeDirect(t *testing.T) {
 }
 
 // A Read deadline with an advert outstanding withdraws it; the stream
-// stays exact afterwards, and CloseWrite declines a held advert.
+// stays exact afterwards, and CloseWrite declines a held advert. It runs
+// in a synctest bubble, on fake time.
 func TestPipeDirectDeadline(t *testing.T) {
-	da, db := pipeDevices(t, link.Faults{}, 0)
-	a, b := pair(t, da, db, Config{DirectThreshold: 4 << 10})
-	for range 3 {
-		b.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		if _, err := b.Read(make([]byte, 64<<10)); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("read: %v, want deadline", err)
+	synctest.Test(t, func(t *testing.T) {
+		da, db := pipeDevices(t, link.Faults{}, 0)
+		a, b := pair(t, da, db, Config{DirectThreshold: 4 << 10})
+		for range 3 {
+			b.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+			if _, err := b.Read(make([]byte, 64<<10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read: %v, want deadline", err)
+			}
 		}
-	}
-	b.SetReadDeadline(time.Time{})
-	transfer(t, a, b, 2<<20, 100<<10, 100<<10, 31)
-	// b advertises, then a's CloseWrite must decline before FIN.
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.Read(make([]byte, 64<<10))
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	if err := a.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != io.EOF {
-		t.Fatalf("read after CloseWrite with an advert: %v, want EOF", err)
-	}
-	if s := b.Stats(); s.Adverts == 0 || s.Declines == 0 {
-		t.Errorf("stats %+v: want adverts and declines", s)
-	}
+		b.SetReadDeadline(time.Time{})
+		transfer(t, a, b, 2<<20, 100<<10, 100<<10, 31)
+		// b advertises, then a's CloseWrite must decline before FIN.
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.Read(make([]byte, 64<<10))
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		if err := a.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != io.EOF {
+			t.Fatalf("read after CloseWrite with an advert: %v, want EOF", err)
+		}
+		if s := b.Stats(); s.Adverts == 0 || s.Declines == 0 {
+			t.Errorf("stats %+v: want adverts and declines", s)
+		}
+	})
 }
 
 // Reads that spin on the CQ (Config.ReadSpin): data both ways, a
