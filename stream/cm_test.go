@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/cm"
@@ -90,7 +91,10 @@ func TestCMStream(t *testing.T) {
 }
 
 // TestCMStreamLossy: under loss the CM retries and the stream recovers.
+// It runs in a synctest bubble: the retries are on fake time.
 func TestCMStreamLossy(t *testing.T) {
-	a, b, _ := cmPair(t, link.Faults{Loss: 0.05}, 3, Config{RingSize: 64 << 10, Linger: time.Second})
-	transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _ := cmPair(t, link.Faults{Loss: 0.05}, 3, Config{RingSize: 64 << 10, Linger: time.Second})
+		transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
+	})
 }

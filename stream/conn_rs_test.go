@@ -87,18 +87,21 @@ func TestRsocketStream(t *testing.T) {
 }
 
 // TestRsocketLossy: under 2% loss each way RC recovers and both
-// directions at once arrive intact.
+// directions at once arrive intact. It runs in a synctest bubble: the
+// retransmissions are on fake time.
 func TestRsocketLossy(t *testing.T) {
-	a, b := rsPair(t, link.Faults{Loss: 0.02}, 5, Config{RingSize: 64 << 10, Linger: time.Second},
-		Config{RingSize: 64 << 10, Linger: time.Second})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
-	}()
-	transfer(t, b, a, 1<<20, 5<<10, 20<<10, 8)
-	wg.Wait()
+	synctest.Test(t, func(t *testing.T) {
+		a, b := rsPair(t, link.Faults{Loss: 0.02}, 5, Config{RingSize: 64 << 10, Linger: time.Second},
+			Config{RingSize: 64 << 10, Linger: time.Second})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
+		}()
+		transfer(t, b, a, 1<<20, 5<<10, 20<<10, 8)
+		wg.Wait()
+	})
 }
 
 // TestRsocketHalfClose: CloseWrite (SHUTDOWN) gives the peer io.EOF after

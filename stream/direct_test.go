@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/link"
@@ -63,7 +64,8 @@ func transferExact(t *testing.T, w, r net.Conn, n int, wsize, rsize func(*rand.R
 // The direct path under loss, duplication and reordering, many seeds:
 // every byte arrives exactly once and in order, both ways at once, across
 // the switches between ring and DIRECT (holds, declines, withdrawals after
-// read deadlines), and some bytes go each way.
+// read deadlines), and some bytes go each way. Each seed runs in a
+// synctest bubble: retransmissions, holds and deadlines are on fake time.
 func TestPipeDirectFaultSweep(t *testing.T) {
 	seeds := uint64(8)
 	if testing.Short() {
@@ -80,33 +82,35 @@ func TestPipeDirectFaultSweep(t *testing.T) {
 	var direct, indirect uint64
 	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			f := link.Faults{Loss: 0.01, Duplicate: 0.01, Reorder: 0.02}
-			da, db := pipeDevices(t, f, 100+seed)
-			cfg := Config{RingSize: 256 << 10, DirectThreshold: 64 << 10, Linger: time.Second,
-				Connect: roce.ConnectOptions{Timeout: 10, RetryCnt: 7}}
-			a, b := pair(t, da, db, cfg)
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				transferExact(t, a, b, 12<<20, large, large, seed)
-			}()
-			transferExact(t, b, a, 6<<20, mixed, mixed, seed+1000)
-			wg.Wait()
-			// Read deadlines that withdraw adverts, then more data.
-			for range 2 {
-				b.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
-				b.Read(make([]byte, 1<<20))
-			}
-			b.SetReadDeadline(time.Time{})
-			transferExact(t, a, b, 4<<20, large, mixed, seed+2000)
-			sa, sb := a.Stats(), b.Stats()
-			t.Logf("a %+v", sa)
-			t.Logf("b %+v", sb)
-			mu.Lock()
-			direct += sa.DirectBytes + sb.DirectBytes
-			indirect += sa.IndirectBytes + sb.IndirectBytes
-			mu.Unlock()
+			synctest.Test(t, func(t *testing.T) {
+				f := link.Faults{Loss: 0.01, Duplicate: 0.01, Reorder: 0.02}
+				da, db := pipeDevices(t, f, 100+seed)
+				cfg := Config{RingSize: 256 << 10, DirectThreshold: 64 << 10, Linger: time.Second,
+					Connect: roce.ConnectOptions{Timeout: 10, RetryCnt: 7}}
+				a, b := pair(t, da, db, cfg)
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					transferExact(t, a, b, 12<<20, large, large, seed)
+				}()
+				transferExact(t, b, a, 6<<20, mixed, mixed, seed+1000)
+				wg.Wait()
+				// Read deadlines that withdraw adverts, then more data.
+				for range 2 {
+					b.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+					b.Read(make([]byte, 1<<20))
+				}
+				b.SetReadDeadline(time.Time{})
+				transferExact(t, a, b, 4<<20, large, mixed, seed+2000)
+				sa, sb := a.Stats(), b.Stats()
+				t.Logf("a %+v", sa)
+				t.Logf("b %+v", sb)
+				mu.Lock()
+				direct += sa.DirectBytes + sb.DirectBytes
+				indirect += sa.IndirectBytes + sb.IndirectBytes
+				mu.Unlock()
+			})
 		})
 	}
 	// How much goes direct depends on timing; over all seeds, some must.

@@ -152,21 +152,26 @@ func TestPipeBothWays(t *testing.T) {
 	wg.Wait()
 }
 
+// Loss, duplicates, reordering and corruption each way: RC recovers and
+// both directions arrive intact. Each seed runs in a synctest bubble:
+// the retransmissions are on fake time.
 func TestPipeLossy(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			f := link.Faults{Loss: 0.02, Duplicate: 0.01, Reorder: 0.01, Corrupt: 0.005}
-			da, db := pipeDevices(t, f, seed*10)
-			// Short ACK timeout for speed, so retry forever (7 tries may not do under the race detector).
-			a, b := pair(t, da, db, Config{RingSize: 64 << 10, Linger: time.Second, Connect: roce.ConnectOptions{Timeout: 10, RetryCnt: 7}})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				transfer(t, a, b, 2<<20, 10<<10, 10<<10, seed)
-			}()
-			transfer(t, b, a, 1<<20, 1000, 3000, seed+100)
-			wg.Wait()
+			synctest.Test(t, func(t *testing.T) {
+				f := link.Faults{Loss: 0.02, Duplicate: 0.01, Reorder: 0.01, Corrupt: 0.005}
+				da, db := pipeDevices(t, f, seed*10)
+				// Short ACK timeout for speed, so retry forever (7 tries may not do under the race detector).
+				a, b := pair(t, da, db, Config{RingSize: 64 << 10, Linger: time.Second, Connect: roce.ConnectOptions{Timeout: 10, RetryCnt: 7}})
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					transfer(t, a, b, 2<<20, 10<<10, 10<<10, seed)
+				}()
+				transfer(t, b, a, 1<<20, 1000, 3000, seed+100)
+				wg.Wait()
+			})
 		})
 	}
 }
@@ -331,7 +336,8 @@ func TestPipePeerCrash(t *testing.T) {
 
 // The direct path: large reads are advertised and filled in place, small
 // writes still go through the ring; the byte sequence is exact across the
-// switches, in both directions at once and under loss.
+// switches, in both directions at once and under loss. Each case runs in
+// a synctest bubble, on fake time.
 func TestPipeDirect(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -345,27 +351,29 @@ func TestPipeDirect(t *testing.T) {
 		{"lossy", link.Faults{Loss: 0.02, Duplicate: 0.01, Reorder: 0.01}, roce.ConnectOptions{Timeout: 10, RetryCnt: 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			da, db := pipeDevices(t, tc.f, 7)
-			cfg := Config{RingSize: 64 << 10, DirectThreshold: 16 << 10, Connect: tc.connect, Linger: time.Second}
-			a, b := pair(t, da, db, cfg)
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				transfer(t, a, b, 8<<20, 300<<10, 600<<10, 21)
-			}()
-			transfer(t, b, a, 4<<20, 40<<10, 64<<10, 22)
-			wg.Wait()
-			transfer(t, a, b, 1<<20, 100, 32<<10, 23) // small writes, large reads
-			sa, sb := a.Stats(), b.Stats()
-			t.Logf("a %+v", sa)
-			t.Logf("b %+v", sb)
-			if sa.DirectBytes == 0 || sb.DirectReads == 0 {
-				t.Errorf("nothing went direct: a %+v, b %+v", sa, sb)
-			}
-			if sa.IndirectBytes == 0 {
-				t.Errorf("nothing went through the ring")
-			}
+			synctest.Test(t, func(t *testing.T) {
+				da, db := pipeDevices(t, tc.f, 7)
+				cfg := Config{RingSize: 64 << 10, DirectThreshold: 16 << 10, Connect: tc.connect, Linger: time.Second}
+				a, b := pair(t, da, db, cfg)
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					transfer(t, a, b, 8<<20, 300<<10, 600<<10, 21)
+				}()
+				transfer(t, b, a, 4<<20, 40<<10, 64<<10, 22)
+				wg.Wait()
+				transfer(t, a, b, 1<<20, 100, 32<<10, 23) // small writes, large reads
+				sa, sb := a.Stats(), b.Stats()
+				t.Logf("a %+v", sa)
+				t.Logf("b %+v", sb)
+				if sa.DirectBytes == 0 || sb.DirectReads == 0 {
+					t.Errorf("nothing went direct: a %+v, b %+v", sa, sb)
+				}
+				if sa.IndirectBytes == 0 {
+					t.Errorf("nothing went through the ring")
+				}
+			})
 		})
 	}
 }
