@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/xroce/xroce/link"
@@ -269,26 +270,58 @@ func TestProgressAllocs(t *testing.T) {
 	}
 }
 
+// drowsyLink is a pipe end whose WaitReceive sleeps its whole timeout,
+// blind to arriving frames: its worker goroutine wakes only at its own
+// deadlines, as one the scheduler has not run yet, and leaves the frames
+// to a Progress caller.
+type drowsyLink struct{ *link.PipeEnd }
+
+func (l drowsyLink) WaitReceive(timeout time.Duration) (bool, error) {
+	time.Sleep(max(timeout, 0))
+	return false, nil
+}
+
 // Answers a Progress call held back go out without another call: the
-// worker goroutine sends them within holdMax.
+// worker goroutine sends them within holdMax. It runs in a synctest
+// bubble, on fake time; b's goroutine sleeps through the SEND's arrival
+// (drowsyLink), so that it is b's Progress that receives it.
 func TestProgressHeldAnswersLeave(t *testing.T) {
-	da, db := pipeDevices(t, 1, noFaults, Config{})
-	a, b := rcPair(t, da, db, 64)
-	if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	var wc [1]WC
-	tx := db.Stats().LinkTxFrames
-	pump(t, 10*time.Second, func() bool { return b.cq.Poll(wc[:]) == 1 }, db)
-	if got := db.Stats().LinkTxFrames; got != tx {
-		t.Errorf("b transmitted %d frames as it received the SEND, want 0 (ACK held back)", got-tx)
-	}
-	// b never calls into its device again: a's SEND completes all the
-	// same, once b's goroutine sends the ACK b's Progress held back.
-	want(t, a.cq, WCSend, WCSuccess)
+	synctest.Test(t, func(t *testing.T) {
+		pa, pb := link.NewPipe(link.PipeConfig{Buffers: 512, MACA: macA, MACB: macB})
+		da, err := NewDevice([]link.Link{pa}, Config{Addrs: []netip.Addr{ipA}, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: macB}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { da.Close() })
+		db, err := NewDevice([]link.Link{drowsyLink{pb}}, Config{Addrs: []netip.Addr{ipB}, Neighbors: map[netip.Addr]net.HardwareAddr{ipA: macA}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		a, b := rcPair(t, da, db, 64)
+		if err := b.qp.PostRecv(&RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // b's goroutine asleep
+		start := time.Now()
+		if err := a.qp.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		var wc [1]WC
+		tx := db.Stats().LinkTxFrames
+		if db.Progress() != 1 || b.cq.Poll(wc[:]) != 1 {
+			t.Fatal("b's Progress did not receive the SEND")
+		}
+		if got := db.Stats().LinkTxFrames; got != tx {
+			t.Errorf("b transmitted %d frames as it received the SEND, want 0 (ACK held back)", got-tx)
+		}
+		// b never calls into its device again: a's SEND completes all the
+		// same, once b's goroutine sends the ACK b's Progress held back.
+		want(t, a.cq, WCSend, WCSuccess)
+		if el := time.Since(start); el == 0 || el > holdMax {
+			t.Errorf("a's SEND completed after %v, want within holdMax (%v), not at once", el, holdMax)
+		}
+	})
 }
 
 // countLink counts Transmit calls and frames.
