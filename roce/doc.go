@@ -35,6 +35,11 @@
 // runs the engine and transmits itself when it may, and wakes the worker
 // only when it has to. Config.BusyPoll makes the workers spin instead.
 //
+// Over a link.Pipe a device's goroutines sleep only on channels and
+// timers, and it reads the time with time.Now, so it runs inside a
+// testing/synctest bubble on fake time: the package's timing tests over
+// the pipe, and package stream's, run so.
+//
 // # Receiving in the waiting goroutine
 //
 // Whoever holds the worker's lock may take frames off the link (without
