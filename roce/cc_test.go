@@ -138,13 +138,16 @@ func TestPipeCNP(t *testing.T) {
 	same(t, "WRITE", b.buf, a.buf)
 	sa, sb := da.Stats(), db.Stats()
 	qa, qb := a.qp.Stats(), b.qp.Stats()
-	t.Logf("B: RxCE %d TxCNP %d; A: RxCNP %d RateCuts %d, rate %d b/s", sb.RxCE, sb.TxCNP, sa.RxCNP, sa.RateCuts, qa.Rate)
+	t.Logf("B: RxCE %d TxCNP %d; A: RxCNP %d RateCuts %d, rate %d b/s, lowest %d b/s", sb.RxCE, sb.TxCNP, sa.RxCNP, sa.RateCuts, qa.Rate, qa.RateLowest)
 	if sb.RxCE == 0 || sb.TxCNP == 0 || qb.TxCNP != sb.TxCNP || sa.RxCNP != sb.TxCNP || qa.RxCNP != sa.RxCNP || sa.RxBadCNP != 0 {
 		t.Errorf("CE and CNP counters: B RxCE %d TxCNP %d (QP %d), A RxCNP %d (QP %d) RxBadCNP %d", sb.RxCE, sb.TxCNP, qb.TxCNP,
 			sa.RxCNP, qa.RxCNP, sa.RxBadCNP)
 	}
-	if sa.RateCuts == 0 || qa.Rate == 0 || qa.Rate >= 10_000_000_000 {
-		t.Errorf("A's DCQCN: %d cuts, rate %d; want cuts below the 10 Gb/s line rate", sa.RateCuts, qa.Rate)
+	// The rate at the end may have recovered to the line rate (DCQCN
+	// raises it again while no CNP comes, and a slow run, under the race
+	// detector say, leaves it the time): the lowest one shows the cuts.
+	if sa.RateCuts == 0 || qa.RateLowest == 0 || qa.RateLowest >= 10_000_000_000 {
+		t.Errorf("A's DCQCN: %d cuts, lowest rate %d; want cuts below the 10 Gb/s line rate", sa.RateCuts, qa.RateLowest)
 	}
 	if sb.RxCE > sb.RxFrames || sa.TxCNP != 0 {
 		t.Errorf("A sent %d CNPs (nothing it received was marked)", sa.TxCNP)
