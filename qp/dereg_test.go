@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/xroce/xroce/bth"
@@ -324,5 +325,28 @@ func TestReadResponseIntoDeregisteredBuffer(t *testing.T) {
 		AETH: bth.AETHFields{Syndrome: bth.SyndromeACKNoCredits}}, bytes.Repeat([]byte{1}, 16)))
 	if !local.untouched() || len(scq.wcs) != 1 || scq.wcs[0].Status != WCLocProtErr {
 		t.Fatalf("completions %+v", scq.wcs)
+	}
+}
+
+// A duplicate WRITE followed by a duplicate READ (the requester lost our
+// ACK and the READ's response, and went back): the WRITE is acknowledged
+// up to its own PSN, not over the READ, whose response is then replayed.
+// An ACK covering the READ before its response tells the requester the
+// READ is done; rxe then completed it without data.
+func TestDuplicateAckStopsBeforeRead(t *testing.T) {
+	v := newVictim(t)
+	write := rcFrame(t, bth.RCWriteOnly, 500, bth.RETHFields{VA: remBase, RKey: remoteKey, DMALen: 8}, []byte("12345678"))
+	read := rcFrame(t, bth.RCReadRequest, 501, bth.RETHFields{VA: remBase, RKey: remoteKey, DMALen: 64}, nil)
+	if resp := v.input(write, read); len(resp) == 0 || resp[len(resp)-1].Opcode() != bth.RCReadResponseOnly {
+		t.Fatalf("WRITE and READ: %d answers", len(resp))
+	}
+	resp := v.input(write, read)
+	if len(resp) != 2 || resp[0].Opcode() != bth.RCAck || resp[0].BTH.PSN() != 500 ||
+		resp[1].Opcode() != bth.RCReadResponseOnly || resp[1].BTH.PSN() != 501 {
+		var got []string
+		for _, f := range resp {
+			got = append(got, fmt.Sprintf("%v PSN %d", f.Opcode(), f.BTH.PSN()))
+		}
+		t.Fatalf("duplicate WRITE and READ answered with %v, want an ACK for 500, then the READ response at 501", got)
 	}
 }

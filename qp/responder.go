@@ -604,9 +604,27 @@ func (q *QP) duplicate(f *bth.Frame, op bth.Opcode, psn bth.PSN) bool {
 		q.startResponse(r, psn)
 	default:
 		q.ackDue = true
-		q.ackPSN = q.ePSN.Sub(1)
+		q.ackPSN = q.dupAckPSN(psn)
 	}
 	return true
+}
+
+// dupAckPSN is the PSN a duplicate SEND or WRITE at psn is acknowledged
+// with: the last one received (ePSN − 1), but never one of a READ or
+// atomic after psn, nor beyond it. A requester resends a duplicate when it
+// lost our answers, and those may include the responses of a READ that
+// follows it; an ACK covering that READ before its response is replayed
+// says the READ is done, and rxe then completed it without data (the
+// interop suite's rping read the previous turn's buffer back).
+func (q *QP) dupAckPSN(psn bth.PSN) bth.PSN {
+	ack := q.ePSN.Sub(1)
+	for i := range q.res {
+		r := &q.res[i]
+		if r.kind != 0 && psn.Less(r.first) && !ack.Less(r.first) {
+			ack = r.first.Sub(1)
+		}
+	}
+	return ack
 }
 
 // flushAck sends the coalesced ACK now, before a response that must follow it.
