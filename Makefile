@@ -47,12 +47,32 @@ lint: ## gofmt, go vet and staticcheck; fails on any finding.
 	$(GOBIN)/staticcheck $(PKGS)
 
 .PHONY: test
-test: deps lint build ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark, the rxe VM).
+test: deps lint build test-go ## The whole test suite as CI runs it (root: namespaces, AF_XDP, tshark, the rxe VM).
+	bash interop/run $(INTEROP)
+
+RACEPKGS := ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./nic/... ./examples/... ./stream/... ./cm/... ./mad/...
+
+.PHONY: test-go
+test-go: ## The Go steps of `make test`: every benchmark once, the race run, every test (root for most).
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS) >/dev/null
 	@echo "benchmarks: each ran once, ok"
-	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m ./link/... ./xdp/... ./afpacket/... ./bpf/... ./internal/... ./qp/... ./roce/... ./nic/... ./examples/... ./stream/... ./cm/... ./mad/...
+	CGO_ENABLED=1 $(GO) test -count=1 -race -short -timeout 15m $(RACEPKGS)
 	XROCE_1GIB=1 $(GO) test -count=1 -timeout 20m $(PKGS)
-	bash interop/run $(INTEROP)
+
+STRESS_RUNS ?= 5
+STRESS_CPUS ?= 2
+
+.PHONY: test-stress
+test-stress: deps build ## `make test-go` STRESS_RUNS times (5) in a row while STRESS_CPUS (2) busy loops keep every core busy; not in CI.
+	@pids=""; trap 'kill $$pids 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq $(STRESS_CPUS)); do yes >/dev/null & pids="$$pids $$!"; done; \
+	echo "stress: $(STRESS_CPUS) busy loops (pids$$pids)"; \
+	for r in $$(seq $(STRESS_RUNS)); do \
+		t0=$$(date +%s); echo "stress: run $$r of $(STRESS_RUNS)"; \
+		$(MAKE) --no-print-directory test-go || { echo "stress: run $$r of $(STRESS_RUNS) failed"; exit 1; }; \
+		echo "stress: run $$r of $(STRESS_RUNS) passed in $$(( $$(date +%s) - t0 )) s"; \
+	done; \
+	echo "stress: $(STRESS_RUNS) passed, 0 failed"
 
 .PHONY: test-short
 test-short: ## Unit tests only (no root needed; root-only tests skip).
