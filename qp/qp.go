@@ -175,6 +175,11 @@ type Config struct {
 	// go at once in bytes, 0 for EngineConfig.PaceBurst. See SetRateLimit.
 	RateLimit int64
 	RateBurst int
+	// UDPSourcePort is the UDP source port of the QP's packets, from
+	// 0xC000 up (the port is the sender's choice, ECMP entropy; receivers
+	// accept any); 0 means 0xC000 + (hash(QPN) & 0x3fff), a fixed function
+	// of the QP number, as rxe sends.
+	UDPSourcePort uint16
 }
 
 // QP is a queue pair. It belongs to its Engine's owner goroutine.
@@ -325,9 +330,12 @@ func (e *Engine) CreateQP(cfg Config) (*QP, error) {
 	}
 	q.segs = make([][]byte, 0, nseg)
 	q.resStore = make([]resource, 1) // grown to max_dest_rd_atomic by Modify
-	h := fnv.New32a()
-	h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
-	q.sport = 0xC000 + uint16(h.Sum32()&0x3fff)
+	q.sport = cfg.UDPSourcePort
+	if q.sport == 0 {
+		h := fnv.New32a()
+		h.Write([]byte{byte(cfg.QPN >> 16), byte(cfg.QPN >> 8), byte(cfg.QPN)})
+		q.sport = 0xC000 + uint16(h.Sum32()&0x3fff)
+	}
 	q.heapAt = Never
 	q.rateLimit, q.burst = cfg.RateLimit, cfg.RateBurst
 	q.reset()
@@ -369,8 +377,8 @@ func (q *QP) QPN() uint32 { return q.qpn }
 // Type returns the QP's transport type.
 func (q *QP) Type() Type { return q.typ }
 
-// UDPSourcePort returns the UDP source port of the QP's packets:
-// 0xC000 + (hash(QPN) & 0x3fff), as rxe does.
+// UDPSourcePort returns the UDP source port of the QP's packets
+// (Config.UDPSourcePort).
 func (q *QP) UDPSourcePort() uint16 { return q.sport }
 
 func (q *QP) setAV(av *AddressVector) {

@@ -92,6 +92,15 @@ type Config struct {
 	// XDP program, and the Resolver. nil: the links are closed.
 	Closer io.Closer
 
+	// SequentialQPN numbers the QPs in order from 0x11, as rxe does, and
+	// derives each QP's UDP source port from its number: the same numbers
+	// every run, for captures and tests that compare them. By default QP
+	// numbers and source ports are drawn from a generator seeded from
+	// crypto/rand when the device opens, so that a peer off the path
+	// cannot guess the QPN of a live connection to forge its packets or
+	// the CM messages that name it (rxe's and ConnectX's are sequential).
+	SequentialQPN bool
+
 	// noGoroutines (tests) starts no worker goroutines and watches no
 	// descriptor: Progress does all the work.
 	noGoroutines bool
@@ -154,11 +163,12 @@ type Device struct {
 
 	eventsDropped atomic.Uint64
 
-	// mu guards closed, nextQPN, rr and the object sets.
+	// mu guards closed, nextQPN, qpnRand, rr and the object sets.
 	mu      sync.Mutex
 	closed  bool
-	nextQPN uint32 // next QPN to try, 24-bit
-	rr      int    // round-robin worker for new QPs
+	nextQPN uint32    // next QPN to try, 24-bit (SequentialQPN)
+	qpnRand qpnSource // QPNs and UDP source ports (not SequentialQPN)
+	rr      int       // round-robin worker for new QPs
 	pds     map[*PD]struct{}
 	cqs     map[*CQ]struct{}
 
@@ -228,6 +238,7 @@ func newDevice(links []link.Link, closer io.Closer, cfg Config) (*Device, error)
 		events:  make(chan Event, 256),
 		done:    make(chan struct{}),
 		nextQPN: 0x11,
+		qpnRand: newQPNRand(),
 		pds:     make(map[*PD]struct{}),
 		cqs:     make(map[*CQ]struct{}),
 		info: Info{

@@ -1,7 +1,9 @@
 package roce
 
 import (
+	crand "crypto/rand"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/xroce/xroce/qp"
@@ -264,10 +266,10 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SRQ != nil && cfg.SRQ.dead {
 		return nil, fmt.Errorf("create qp: SRQ: %w", ErrDestroyed)
 	}
-	qpn := uint32(qp.GSIQPN)
+	qpn, sport := uint32(qp.GSIQPN), uint16(0)
 	if !cfg.GSI {
 		var err error
-		if qpn, err = d.allocQPN(w); err != nil {
+		if qpn, sport, err = d.allocQPN(w); err != nil {
 			return nil, err
 		}
 	} else if w.qps[qpn] != nil {
@@ -277,6 +279,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		Type: cfg.Type, QPN: qpn, SendCQ: (*sendSink)(q), RecvCQ: (*recvSink)(q), Mem: memory{pd},
 		MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
 		MaxInline: cfg.MaxInline, SignalAll: cfg.SignalAll, RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst,
+		UDPSourcePort: sport,
 	}
 	if cfg.SRQ != nil {
 		qcfg.SRQ = cfg.SRQ.s
@@ -302,26 +305,59 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	return q, nil
 }
 
-// allocQPN picks a free QP number in w's residue class (w.mu held).
-func (d *Device) allocQPN(w *worker) (uint32, error) {
+// allocQPN picks a free QP number in w's residue class (w.mu held), and
+// the QP's UDP source port (0: qp's default, derived from the number).
+// With Config.SequentialQPN the numbers go up from 0x11; otherwise each is
+// drawn at random from the free numbers of the class.
+func (d *Device) allocQPN(w *worker) (qpn uint32, sport uint16, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nw := uint32(len(d.workers))
-	qpn := d.nextQPN
-	for tries := 0; ; tries++ {
-		if qpn < 0x11 || qpn > 0xffffff {
-			qpn = 0x11
+	free := func(n uint32) bool { return n >= firstQPN && n <= maxQPN && n%nw == uint32(w.id) && w.qps[n] == nil }
+	if !d.cfg.SequentialQPN {
+		// A random draw finds a free number at once unless nearly all
+		// 16M are taken; the scan below finishes the job then.
+		for range 64 {
+			n := firstQPN + uint32(d.qpnRand.Uint64()%(maxQPN-firstQPN+1))
+			n = n - n%nw + uint32(w.id)
+			if free(n) {
+				return n, 0xC000 | uint16(d.qpnRand.Uint64()&0x3fff), nil
+			}
 		}
-		if qpn%nw == uint32(w.id) && w.qps[qpn] == nil {
-			break
-		}
+		d.nextQPN = firstQPN + uint32(d.qpnRand.Uint64()%(maxQPN-firstQPN+1))
+	}
+	qpn = d.nextQPN
+	for tries := 0; !free(qpn); tries++ {
 		qpn++
-		if tries > 1<<24 {
-			return 0, fmt.Errorf("create qp: no free QP number: %w", ErrBusy)
+		if qpn > maxQPN {
+			qpn = firstQPN
+		}
+		if tries > maxQPN {
+			return 0, 0, fmt.Errorf("create qp: no free QP number: %w", ErrBusy)
 		}
 	}
 	d.nextQPN = qpn + 1
-	return qpn, nil
+	if d.cfg.SequentialQPN {
+		return qpn, 0, nil
+	}
+	return qpn, 0xC000 | uint16(d.qpnRand.Uint64()&0x3fff), nil
+}
+
+// The numbers allocQPN gives: QPs 0 and 1 are the special QPs, and rxe's
+// first number is 0x11.
+const (
+	firstQPN = 0x11
+	maxQPN   = 1<<24 - 1
+)
+
+// qpnSource is the generator of a device's QP numbers and source ports.
+type qpnSource = *rand.ChaCha8
+
+// newQPNRand returns a qpnSource seeded from crypto/rand.
+func newQPNRand() qpnSource {
+	var seed [32]byte
+	crand.Read(seed[:]) // never fails (crypto/rand panics rather than return an error)
+	return rand.NewChaCha8(seed)
 }
 
 // QPN returns the QP number.

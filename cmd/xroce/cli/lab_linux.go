@@ -279,6 +279,8 @@ func (r *labRun) open(h *labHost) error {
 	h.dev, err = roce.NewDevice(links, roce.Config{
 		Addrs:     []netip.Addr{h.h.IP},
 		Neighbors: map[netip.Addr]net.HardwareAddr{peer.IP: peer.MAC},
+		// The tour's pictures name the QPs: the same numbers every run.
+		SequentialQPN: true,
 	})
 	if err != nil {
 		return err
