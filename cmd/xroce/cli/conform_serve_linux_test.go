@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,45 +71,56 @@ func TestConformServe(t *testing.T) {
 }
 
 // TestConformServeCNP runs req.cnp against xroce perf write_bw's client
-// (1 KB WRITEs, one QP), whose qp has DCQCN: its rate falls (PASS). One
-// QP: with eight, the puppet's loop shares its rounds among them, its
-// CNPs come less steadily, and DCQCN's increase timer (300 µs without a
-// cut) gives back much of each cut. The CNP stream is the puppet's
-// real-time loop, so a busy machine may thin it: the test wants a PASS in
-// one of three runs and no FAIL, and does not run under the race
-// detector or -short. A requester without a reaction point (SKIP) is
-// TestConformReqCNPNoReactionPoint's, in package conform.
+// (1 KB WRITEs, one QP), whose qp has DCQCN. What must hold however busy
+// the machine: the puppet sends CNPs to the client's QP, the client counts
+// them and its DCQCN cuts its rate (perf's congestion control counters),
+// and the check does not FAIL. Whether the check's verdict is PASS or
+// SKIP ("no reaction point seen") depends on the request rates the
+// puppet measures on its real-time loop, which a busy machine thins and
+// staggers: the verdict is logged, not asserted. A requester without a
+// reaction point (SKIP) is TestConformReqCNPNoReactionPoint's, in
+// package conform.
 func TestConformServeCNP(t *testing.T) {
-	if testing.Short() || testSlowdown > 1 {
-		t.Skip("a real-time stream of CNPs: not with -short or the race detector")
+	if testing.Short() {
+		t.Skip("-short: runs for seconds")
 	}
 	p := netns.NewT(t, netns.Config{})
-	var got []string
-	for run := range 3 {
-		port := 18750 + run
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", "1024", "-m", "1024",
-			"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}
-		sc := runIn(ctx, p.A, srv...)
-		waitListen(t, p.A, port, sc)
-		cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, "write_bw", "-q", "1", "-s", "1024", "-m", "1024", "-t", "4",
-			"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
-		rs := <-sc
-		cancel()
-		<-cc
-		rep := conformJSON(t, "conform --serve", rs)
-		if len(rep.Results) != 1 {
-			t.Fatalf("%d results, want req.cnp's", len(rep.Results))
-		}
-		r := rep.Results[0]
-		t.Logf("run %d: %-26s %-5v %s", run+1, r.Name, r.Verdict, r.Observed)
-		switch r.Verdict {
-		case conform.Pass:
-			return
-		case conform.Fail:
-			t.Fatalf("%s: FAIL against xroce's requester: %s", r.Name, r.Observed)
-		}
-		got = append(got, r.Verdict.String()+": "+r.Observed)
+	const port = 18750
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	defer cancel()
+	srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", "1024", "-m", "1024",
+		"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}
+	sc := runIn(ctx, p.A, srv...)
+	waitListen(t, p.A, port, sc)
+	cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, "write_bw", "-q", "1", "-s", "1024", "-m", "1024", "-t", "4",
+		"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
+	rs := <-sc
+	cancel()
+	rc := <-cc
+	rep := conformJSON(t, "conform --serve", rs)
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results, want req.cnp's", len(rep.Results))
 	}
-	t.Errorf("req.cnp never passed against xroce perf write_bw in 3 runs: %q", got)
+	r := rep.Results[0]
+	t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)
+	t.Logf("client: %s", perfCCLineRE.FindString(rc.stderr))
+	if r.Verdict == conform.Fail {
+		t.Errorf("%s: FAIL against xroce's requester: %s", r.Name, r.Observed)
+	}
+	// The puppet counts the CNPs it sent in its observation (both the
+	// PASS and the rate SKIP say "N CNPs in").
+	sent := -1
+	if m := regexp.MustCompile(`(\d+) CNPs in `).FindStringSubmatch(r.Observed); m != nil {
+		sent, _ = strconv.Atoi(m[1])
+	}
+	if sent == 0 {
+		t.Errorf("the puppet sent no CNPs: %s", r.Observed)
+	}
+	rx := ccFig(t, "client", rc.stderr, "rx_cnp")
+	if rx == 0 || sent > 0 && rx > uint64(sent) {
+		t.Errorf("client: received %d CNPs, want 1..%d (the puppet's)", rx, sent)
+	}
+	if cuts, low := ccFig(t, "client", rc.stderr, "rate_cuts"), ccFig(t, "client", rc.stderr, "rate_lowest"); cuts == 0 || low == 0 {
+		t.Errorf("client: %d rate cuts, lowest rate %d b/s; want DCQCN to have cut the rate", cuts, low)
+	}
 }
