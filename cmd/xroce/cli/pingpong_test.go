@@ -58,28 +58,9 @@ func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan result {
 // or the server (if not nil) ends.
 func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
 	t.Helper()
-	want := fmt.Sprintf(":%04X", port)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testSlowdown * 30 * time.Second)
 	for time.Now().Before(deadline) {
-		var found bool
-		h.Do(func() error {
-			for _, name := range []string{"tcp", "tcp6"} {
-				f, err := os.Open("/proc/thread-self/net/" + name)
-				if err != nil {
-					return err
-				}
-				sc := bufio.NewScanner(f)
-				for sc.Scan() {
-					fields := strings.Fields(sc.Text())
-					if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
-						found = true
-					}
-				}
-				f.Close()
-			}
-			return nil
-		})
-		if found {
+		if listensTCP(h, port) {
 			return
 		}
 		if server == nil {
@@ -93,6 +74,31 @@ func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
 		}
 	}
 	t.Fatalf("nothing listens on port %d", port)
+}
+
+// listensTCP reports whether a TCP socket listens on port in h's
+// namespace.
+func listensTCP(h *netns.Host, port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	var found bool
+	h.Do(func() error {
+		for _, name := range []string{"tcp", "tcp6"} {
+			f, err := os.Open("/proc/thread-self/net/" + name)
+			if err != nil {
+				return err
+			}
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				fields := strings.Fields(sc.Text())
+				if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+					found = true
+				}
+			}
+			f.Close()
+		}
+		return nil
+	})
+	return found
 }
 
 // pair runs a server in B and a client in A towards B and returns both

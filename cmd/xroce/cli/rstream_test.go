@@ -85,13 +85,25 @@ func TestRstream(t *testing.T) {
 			client := append([]string{"rstream", "-s", b}, tc.args...)
 			if tc.name == "tcp" {
 				// -T s needs no device; the server listens on TCP, which
-				// the listen hook does not see: give it a moment.
+				// the listen hook does not see: call it once the port
+				// listens in B.
 				server = server[:1]
 				server = append(server, tc.args...)
 				listenHook(t)
-				go func() { time.Sleep(300 * time.Millisecond); listening() }()
+				stop := make(chan struct{})
+				defer close(stop)
+				go func() {
+					for !listensTCP(p.B, 7471) {
+						select {
+						case <-stop:
+							return
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+					listening()
+				}()
 			}
-			rs, rc := cmServerClient(t, p, server, client, 10*time.Second)
+			rs, rc := cmServerClient(t, p, server, client, serverLinger)
 			for who, r := range map[string]result{"server": rs, "client": rc} {
 				if ExitCode(r.err) != 0 || !strings.HasPrefix(r.stdout, header) || r.stderr != "" {
 					t.Errorf("%s: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", who, ExitCode(r.err), r.err, r.stdout, r.stderr)
