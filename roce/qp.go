@@ -43,9 +43,10 @@ type QP struct {
 
 	// Guarded by w.mu: whether the QP is gone, and its error events.
 	destroyed bool
-	fatal     bool // an EventQPFatal was raised
-	lastWQE   bool // an EventQPLastWQEReached was raised
-	cqLost    bool // a completion of this QP was lost to a full CQ
+	fatal     bool   // an EventQPFatal was raised
+	lastWQE   bool   // an EventQPLastWQEReached was raised
+	cqLost    bool   // a completion of this QP was lost to a full CQ
+	onReceive func() // NotifyReceive's, until the QP's first packet
 
 	stats qpCounters
 }
@@ -380,6 +381,42 @@ func (q *QP) gone() error {
 		return ErrDestroyed
 	}
 	return nil
+}
+
+// NotifyReceive makes the QP call f once, when it has taken its first
+// packet from its peer (one its transport did not drop): the source of the
+// kernel's IB_EVENT_COMM_EST, by which a connection manager learns that
+// a passive connection whose RTU was lost is in use (IBTA Vol. 1
+// §11.6.3.1, §12.9.6.2). If the QP took one already, f is called at once.
+// f runs on the QP's worker with the worker's lock held, after the batch
+// of frames that brought the packet: it must neither block nor call the
+// device (set a flag, wake a goroutine). A later call replaces f; the QP
+// forgets f when it is destroyed. Checking costs the worker one length
+// test per batch while no QP waits, nothing per packet.
+func (q *QP) NotifyReceive(f func()) error {
+	w := q.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := q.gone(); err != nil {
+		return fmt.Errorf("notify receive: %w", err)
+	}
+	if q.received() {
+		q.onReceive = nil
+		f()
+		return nil
+	}
+	if q.onReceive == nil {
+		w.rxNotify = append(w.rxNotify, q)
+	}
+	q.onReceive = f
+	return nil
+}
+
+// received reports whether the QP took a packet its transport did not
+// drop; w.mu is held.
+func (q *QP) received() bool {
+	s := q.q.Stats()
+	return s.RxFrames.Load() > s.RxDropped.Load()
 }
 
 // SetRateLimit sets the QP's maximum rate in bits/s of frames on the wire

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,7 @@ type worker struct {
 	link link.Link
 
 	// mu guards the engine and its QPs and SRQs (eng, qps, srqs, armed,
-	// dirty), out, bufs, inReceive, completed, heldUntil and kArmed; it
+	// dirty, rxNotify), out, bufs, inReceive, completed, heldUntil and kArmed; it
 	// is held for each round and each user call, not per packet.
 	mu        sync.Mutex
 	eng       *qp.Engine
@@ -37,6 +38,7 @@ type worker struct {
 	qps       map[uint32]*QP
 	armed     []*SRQ // SRQs with a limit armed
 	dirty     []*QP  // QPs with an error completion to look at after the batch
+	rxNotify  []*QP  // QPs waiting for their first packet (NotifyReceive)
 	stop      bool   // set by shutdown
 	bufs      [][]byte
 	inReceive bool          // the goroutine is in link.Receive (runReceive)
@@ -302,14 +304,28 @@ func (w *worker) inputForwarded(now time.Duration) int {
 }
 
 // afterBatch runs with mu held after the engine ran: QPs that failed
-// release the memory references of their flushed work requests, and armed
-// SRQs below their limit raise their event.
+// release the memory references of their flushed work requests, armed
+// SRQs below their limit raise their event, and QPs that took their first
+// packet call their NotifyReceive function.
 func (w *worker) afterBatch() {
 	for i, q := range w.dirty {
 		q.afterError()
 		w.dirty[i] = nil
 	}
 	w.dirty = w.dirty[:0]
+	for i := 0; i < len(w.rxNotify); {
+		q := w.rxNotify[i]
+		if !q.destroyed && !q.received() {
+			i++
+			continue
+		}
+		w.rxNotify = slices.Delete(w.rxNotify, i, i+1)
+		f := q.onReceive
+		q.onReceive = nil
+		if !q.destroyed {
+			f()
+		}
+	}
 	for i := 0; i < len(w.armed); {
 		s := w.armed[i]
 		if s.s.Len() < s.limit {
