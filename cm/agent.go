@@ -21,6 +21,11 @@ type AgentConfig struct {
 	MaxConns int    // see Config.MaxConns
 	Backlog  int    // see Config.Backlog
 	Seed     uint64 // see Config.Seed
+	// CloseWait bounds how long Close keeps answering the peers' resent
+	// DREQs (see Close); 0 means 10 s, which covers the time-wait after
+	// answering a DREQ of a Linux 6.1 peer (8.2 s); negative means Close
+	// does not wait.
+	CloseWait time.Duration
 }
 
 // grhSize is the GRH area in front of a UD receive.
@@ -45,6 +50,13 @@ type Agent struct {
 	stopped   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+	closeWait time.Duration
+
+	// rxMu guards rxIDs: connections whose QP took its first packet
+	// (QP.NotifyReceive), for the goroutine to pass to Engine.Notify. It
+	// is taken under a QP's worker lock, and takes nothing.
+	rxMu  sync.Mutex
+	rxIDs []uint32
 
 	// mu guards the engine and everything below it.
 	mu        sync.Mutex
@@ -74,10 +86,13 @@ func Open(d *roce.Device, cfg AgentConfig) (_ *Agent, err error) {
 	if cfg.Send <= 0 {
 		cfg.Send = 64
 	}
+	if cfg.CloseWait == 0 {
+		cfg.CloseWait = 10 * time.Second
+	}
 	a := &Agent{
 		d: d, nrecv: cfg.Recv, nsend: cfg.Send, epoch: time.Now(), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		stopped: make(chan struct{}), conns: map[uint32]*Conn{}, reqs: map[uint32]*Request{}, queries: map[uint32]*udQuery{},
-		listeners: map[uint64][]*Listener{},
+		listeners: map[uint64][]*Listener{}, closeWait: cfg.CloseWait,
 	}
 	copy(a.mac[:], d.Info().MAC)
 	defer func() {
@@ -198,6 +213,7 @@ func (a *Agent) run() {
 		for i := range wcs[:n] {
 			a.completeLocked(now, &wcs[i])
 		}
+		a.notifyLocked(now)
 		next := a.eng.Poll(now)
 		a.runTodoLocked()
 		next = min(next, a.eng.Poll(now))
@@ -229,6 +245,28 @@ func (a *Agent) run() {
 			default:
 			}
 		}
+	}
+}
+
+// received is the QP.NotifyReceive function of the passive connection id:
+// it queues id for the goroutine and wakes it (under the QP's worker
+// lock: it takes nothing else).
+func (a *Agent) received(id uint32) {
+	a.rxMu.Lock()
+	a.rxIDs = append(a.rxIDs, id)
+	a.rxMu.Unlock()
+	a.kickLoop()
+}
+
+// notifyLocked tells the engine of the connections whose QP took its
+// first packet (COMM_EST): one whose RTU was lost is established now.
+func (a *Agent) notifyLocked(now time.Duration) {
+	a.rxMu.Lock()
+	ids := a.rxIDs
+	a.rxIDs = nil
+	a.rxMu.Unlock()
+	for _, id := range ids {
+		a.eng.Notify(now, id)
 	}
 }
 
@@ -291,8 +329,21 @@ func (a *Agent) do(f func(now time.Duration) error) error {
 	return err
 }
 
-// Close ends every connection as Destroy does (REJ, DREQ), stops the
-// goroutine and frees QP 1. It is idempotent.
+// Close ends every connection as Destroy does (REJ, DREQ, the DREP to a
+// DREQ not answered yet), stops the goroutine and frees QP 1. It is
+// idempotent.
+//
+// Before it stops, Close waits until the connections that answered a DREQ
+// (Conn.Disconnect or Close after the peer's, or Close itself) have
+// finished time-wait, at most AgentConfig.CloseWait: if a DREP was lost,
+// the peer resends its DREQ, and once the process is gone nothing would
+// answer, so the peer (rping, perftest, rstream on Linux) would hang in
+// its close for all its DREQ retries, half a minute. Time-wait after a
+// DREP lasts until after the peer's first resend (about 2 s against a
+// current kernel, see Engine.Answering). Close waits by default rather
+// than by an option because every program that exits after a
+// disconnect needs it, and the wait, bounded, costs nothing when no
+// connection answered a DREQ.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.mu.Lock()
@@ -312,6 +363,7 @@ func (a *Agent) Close() error {
 		}
 		a.closed = true
 		a.mu.Unlock()
+		a.answerTimewait()
 		// Let the last REJs and DREQs leave before QP 1 goes.
 		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			a.mu.Lock()
@@ -326,6 +378,23 @@ func (a *Agent) Close() error {
 		a.closeErr = a.release()
 	})
 	return a.closeErr
+}
+
+// answerTimewait keeps the goroutine answering DREQs until the last
+// time-wait after a DREP of ours ends, or a.closeWait passes.
+func (a *Agent) answerTimewait() {
+	end := a.now() + a.closeWait
+	for {
+		a.mu.Lock()
+		n, until := a.eng.Answering()
+		now := a.now()
+		a.mu.Unlock()
+		until = min(until, end)
+		if n == 0 || now >= until {
+			return
+		}
+		time.Sleep(until - now)
+	}
 }
 
 func (a *Agent) release() error {
@@ -353,7 +422,8 @@ func (a *Agent) release() error {
 // agentHandler is the engine's Handler (a.mu held).
 type agentHandler Agent
 
-// Received implements Handler: whether the connection's QP got anything.
+// Received implements Handler: whether the connection's QP got anything
+// (the fallback at the REP's time-out of QP.NotifyReceive's COMM_EST).
 func (h *agentHandler) Received(id uint32) bool {
 	c := h.conns[id]
 	return c != nil && c.qp != nil && c.qp.Stats().RxFrames > 0
@@ -407,16 +477,11 @@ func (h *agentHandler) Event(ev *Event) {
 		c.failLocked(ErrUnreachable)
 		a.todo = append(a.todo, func() { a.forgetLocked(c) })
 	case EventDisconnectRequest:
-		// Answer at once, as an application that calls rdma_disconnect on
-		// RDMA_CM_EVENT_DISCONNECTED does: the QP stops, then the DREP.
+		// RDMA_CM_EVENT_DISCONNECTED: the QP stays as it is, so what the
+		// peer sent before its DREQ completes and our own sends are not
+		// flushed by the CM; Disconnect or Close stops the QP and answers
+		// with the DREP (the kernel's rdma_disconnect, rdma_destroy_id).
 		c.failLocked(ErrDisconnected)
-		id := ev.ID
-		a.todo = append(a.todo, func() {
-			if c.qp != nil {
-				c.qp.Modify(&roce.Attr{State: roce.StateErr}, roce.AttrState)
-			}
-			a.eng.Disconnect(a.now(), id, nil)
-		})
 	case EventDisconnected:
 		c.failLocked(nil)
 	case EventTimewaitExit:
@@ -862,6 +927,10 @@ func (r *Request) Accept(ctx context.Context, q *roce.QP, p *ConnParam) (*Conn, 
 	}
 	c := newConn(a, q, r.Local, r.Remote, param)
 	c.peerData = r.Param.PrivateData
+	// COMM_EST: if the RTU is lost, the first packet on q establishes
+	// the connection (armed before the REP goes, so none is missed).
+	id := r.id
+	q.NotifyReceive(func() { a.received(id) })
 	rep := mad.REPFields{LocalQPN: q.QPN(), StartingPSN: psn, ResponderResources: param.ResponderResources,
 		InitiatorDepth: param.InitiatorDepth, TargetACKDelay: CAAckDelay, E2EFlowControl: param.FlowControl,
 		RNRRetryCount: param.RNRRetryCount, SRQ: q.HasSRQ(), PrivateData: param.PrivateData}
@@ -1090,7 +1159,9 @@ func (c *Conn) PrivateData() []byte { return c.peerData }
 func (c *Conn) ID() uint32 { return c.id }
 
 // Done is closed when the connection ends: the peer disconnected or was
-// lost, or Disconnect finished.
+// lost, or Disconnect finished. After the peer's DREQ the QP is still as
+// it was, so that what the peer sent before completes; call Disconnect
+// or Close to answer it.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Err says why the connection ended: ErrDisconnected (the peer's DREQ),
@@ -1103,12 +1174,14 @@ func (c *Conn) Err() error {
 
 // Disconnect ends the connection as rdma_disconnect does: the QP moves to
 // ERR (its outstanding work requests are flushed), then a DREQ goes out;
-// it waits for the DREP (or the DREQ's last time-out) or ctx.
+// it waits for the DREP (or the DREQ's last time-out) or ctx. After the
+// peer's DREQ (Done closed, Err ErrDisconnected) it answers with the DREP
+// and returns.
 func (c *Conn) Disconnect(ctx context.Context) error {
 	c.qp.Modify(&roce.Attr{State: roce.StateErr}, roce.AttrState)
 	err := c.a.do(func(now time.Duration) error {
-		if c.failed {
-			return nil
+		if c.failed && c.a.eng.State(c.id) != StateDreqRcvd {
+			return nil // ended already, or answered by Close
 		}
 		return c.a.eng.Disconnect(now, c.id, nil)
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -25,6 +26,12 @@ var (
 // pipeAgents returns the CM agents of two devices joined by n pipes.
 func pipeAgents(t testing.TB, n int, f link.Faults) (*Agent, *Agent) {
 	t.Helper()
+	return pipeAgentsConfig(t, n, f, AgentConfig{})
+}
+
+// pipeAgentsConfig is pipeAgents with the agents' configuration.
+func pipeAgentsConfig(t testing.TB, n int, f link.Faults, cfg AgentConfig) (*Agent, *Agent) {
+	t.Helper()
 	var la, lb []link.Link
 	for i := range n {
 		a, b := link.NewPipe(link.PipeConfig{Seed: uint64(i + 1), AtoB: f, BtoA: f, Buffers: 2048, MACA: macA, MACB: macB})
@@ -38,11 +45,11 @@ func pipeAgents(t testing.TB, n int, f link.Faults) (*Agent, *Agent) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aa, err := Open(da, AgentConfig{})
+	aa, err := Open(da, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ab, err := Open(db, AgentConfig{})
+	ab, err := Open(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,19 +186,35 @@ func TestDialAccept(t *testing.T) {
 		t.Fatalf("READ %+v %q", wc, client.buf[200:207])
 	}
 
+	// The server answers the client's DREQ when it disconnects in turn
+	// (rdma_disconnect on RDMA_CM_EVENT_DISCONNECTED); until then its
+	// QP is as it was.
+	served := make(chan error, 1)
+	go func() {
+		select {
+		case <-r.c.Done():
+		case <-ctx.Done():
+			served <- errors.New("the server never saw the disconnect")
+			return
+		}
+		if s, _ := server.qp.Query(); s.State != roce.StateRTS {
+			served <- fmt.Errorf("server QP in %v after the DREQ, before its Disconnect", s.State)
+			r.c.Disconnect(ctx)
+			return
+		}
+		served <- r.c.Disconnect(ctx)
+	}()
 	if err := c.Disconnect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-r.c.Done():
-	case <-ctx.Done():
-		t.Fatal("the server never saw the disconnect")
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 	if !errors.Is(r.c.Err(), ErrDisconnected) || c.Err() != nil {
 		t.Fatalf("server %v, client %v", r.c.Err(), c.Err())
 	}
 	if s, _ := server.qp.Query(); s.State != roce.StateErr {
-		t.Fatalf("server QP in %v after the DREQ", s.State)
+		t.Fatalf("server QP in %v after its Disconnect", s.State)
 	}
 }
 

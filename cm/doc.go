@@ -28,9 +28,16 @@
 //     refused as stale (REJ 10), and that connection is sent a DREQ; a
 //     connection in time-wait no longer counts (cm_enter_timewait), so a
 //     client that comes back at once with the same QP is served.
-//   - A DREQ for no connection is answered with a DREP; crossing DREQs are
-//     legal; after a DREP or the DREQ's last time-out the connection stays
-//     in time-wait, where it still answers, for the ACK time-out.
+//   - The peer's DREQ is the consumer's to answer (EventDisconnectRequest,
+//     then Disconnect or Destroy), as rdma_cm leaves a connection in
+//     DREQ_RCVD until rdma_disconnect or rdma_destroy_id. A DREQ for no
+//     connection is answered with a DREP; crossing DREQs are legal; after
+//     a DREP or the DREQ's last time-out the connection stays in
+//     time-wait, where it still answers, for the ACK time-out, and after
+//     a DREP of ours until the peer's first resend of its DREQ too.
+//   - A passive connection whose RTU was lost is established when its QP
+//     takes its first packet (Notify, the kernel's COMM_EST), or failing
+//     that when the REP times out and Handler.Received says so.
 //   - State is bounded: Config.MaxConns connections in all, Config.Backlog
 //     unanswered requests per listener; a REQ beyond them is refused (REJ 3,
 //     no resources), junk MADs are counted and dropped.
@@ -41,4 +48,9 @@
 // goroutine receives MADs and runs the engine's timers, and the rdma_cm
 // layer (Listen, Dial, Request.Accept, Conn.Disconnect) maps CM fields onto
 // QP attributes exactly as the kernel's rdma_cm does (see qpattrs.go).
+// It tears connections down as rdma_cm does too: the peer's DREQ ends a
+// Conn (Done, ErrDisconnected) but leaves its QP alone until the
+// application's Disconnect or Close; QP.NotifyReceive gives it COMM_EST;
+// and Agent.Close, since the process may exit right after, keeps
+// answering the peers' resent DREQs until time-wait ends.
 package cm

@@ -81,7 +81,7 @@ type Handler interface {
 	// Received reports whether the connection's QP has received anything
 	// from its peer: the consumer side of COMM_EST (IBTA §12.9.6.2), so
 	// that a lost RTU does not end a connection already in use. The
-	// engine asks before it resends a REP.
+	// engine asks before it resends a REP; Notify is the prompt way.
 	Received(id uint32) bool
 }
 
@@ -102,8 +102,10 @@ const (
 	// EventUnreachable: no answer after every retry of a REQ or REP, or a
 	// request the consumer never answered; a REJ "timeout" was sent.
 	EventUnreachable
-	// EventDisconnectRequest: the peer sent a DREQ; call Disconnect to
-	// answer with the DREP.
+	// EventDisconnectRequest: the peer sent a DREQ; call Disconnect (or
+	// Destroy) to answer with the DREP. Until then the connection stays
+	// in StateDreqRcvd, as the kernel's stays in DREQ_RCVD until the
+	// consumer calls rdma_disconnect or rdma_destroy_id.
 	EventDisconnectRequest
 	// EventDisconnected: our DREQ was answered, or went unanswered after
 	// every retry; the connection is in time-wait.
@@ -198,9 +200,15 @@ type conn struct {
 	maxRetry uint8          // Max CM Retries of the REQ
 	timeout  time.Duration  // wait for an answer to msg (the kernel's timeout_ms)
 	twait    time.Duration  // time-wait
-	dreqTID  uint64         // TID of the DREQ received, for the DREP
-	deadline time.Duration
-	hidx     int
+	// peerTimeout is how long the peer's CM waits before it resends its
+	// DREQ (its timeout_ms, from the REQ), and answered whether we sent
+	// the DREP to the peer's DREQ: if that DREP is lost, the DREQ comes
+	// again, so time-wait lasts until after its first resend.
+	peerTimeout time.Duration
+	answered    bool
+	dreqTID     uint64 // TID of the DREQ received, for the DREP
+	deadline    time.Duration
+	hidx        int
 }
 
 type remoteKey struct {
@@ -510,11 +518,33 @@ func (e *Engine) established(c *conn) {
 }
 
 // timewait moves c to time-wait, where it still answers duplicates, for
-// its ACK time-out (the kernel's cm_enter_timewait).
+// its ACK time-out (the kernel's cm_enter_timewait). After our DREP it
+// lasts the peer's DREQ time-out longer: the kernel's CM answers a DREQ
+// for a connection it forgot, but an xroce process that exits right after
+// its disconnect (Agent.Close) would leave a peer whose DREP was lost
+// resending its DREQ for all its retries, so the connection must still be
+// there, and the process, when the first resend comes.
 func (e *Engine) timewait(now time.Duration, c *conn) {
 	c.state = StateTimewait
 	e.unindex(c)
-	e.arm(c, now+c.twait)
+	d := c.twait
+	if c.answered {
+		d += c.peerTimeout
+	}
+	e.arm(c, now+d)
+}
+
+// Answering returns the connections in time-wait after answering the
+// peer's DREQ (they answer its resent DREQs, see timewait), and when the
+// last of those time-waits ends.
+func (e *Engine) Answering() (n int, until time.Duration) {
+	for _, c := range e.conns {
+		if c.state == StateTimewait && c.answered {
+			n++
+			until = max(until, c.deadline)
+		}
+	}
+	return n, until
 }
 
 // unindex forgets c's peer comm ID and QPN: as the kernel's
@@ -555,6 +585,9 @@ func (e *Engine) Connect(now time.Duration, peer *Peer, r *ConnectRequest) (uint
 	c.maxRetry = r.REQ.MaxCMRetries
 	c.timeout = 2*ms(r.PacketLifeTime) + ms(r.REQ.RemoteCMResponseTimeout)
 	c.twait = ms(r.REQ.PrimaryLocalACKTimeout)
+	// The passive side's CM resends its REP and DREQ every ms(the REQ's
+	// Local CM Response Timeout) (cm_req_handler's timeout_ms).
+	c.peerTimeout = ms(r.REQ.LocalCMResponseTimeout)
 	f := r.REQ
 	f.LocalCommID, f.LocalCAGUID = c.id, e.cfg.GUID
 	mad.REQ(e.begin(c, c.tid, mad.AttrREQ)).Encode(&f)
@@ -620,6 +653,23 @@ func (e *Engine) Establish(now time.Duration, id uint32, data []byte) error {
 	return nil
 }
 
+// Notify tells the engine that connection id's QP took its first packet
+// (the kernel's ib_cm_notify with IB_EVENT_COMM_EST, IBTA §12.9.6.2): a
+// passive connection waiting for the RTU is established at once
+// (EventEstablished), its REP no longer resent; the RTU, if it comes,
+// is a duplicate. It is ErrState in the states before the REP and after
+// the connection ended, and nothing once established.
+func (e *Engine) Notify(now time.Duration, id uint32) error {
+	c, err := e.conn(id, StateRepSent, StateMRARepRcvd, StateEstablished)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	if c.state != StateEstablished {
+		e.established(c)
+	}
+	return nil
+}
+
 // Disconnect sends a DREQ on an established connection (EventDisconnected
 // follows), or answers the peer's DREQ with a DREP; either way the
 // connection ends in time-wait.
@@ -636,6 +686,7 @@ func (e *Engine) disconnect(now time.Duration, c *conn, data []byte) {
 	e.disarm(c)
 	if c.state == StateDreqRcvd {
 		e.sendDREP(&c.peer, c.dreqTID, c.id, c.remoteID, data)
+		c.answered = true
 		e.timewait(now, c)
 		return
 	}
@@ -755,6 +806,11 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	c.maxRetry = r.MaxCMRetries()
 	c.timeout = ms(r.LocalCMResponseTimeout())
 	c.twait = ms(r.PrimaryLocalACKTimeout())
+	// The active side's CM resends its DREQ as its REQ (ib_send_cm_req's
+	// timeout_ms): twice its path's packet life time, which its REQ's
+	// Local ACK Timeout exceeds by one at least (cm_ack_timeout), plus
+	// the Remote CM Response Timeout.
+	c.peerTimeout = 2*ms(max(r.PrimaryLocalACKTimeout(), 1)-1) + ms(r.RemoteCMResponseTimeout())
 	c.lst = l
 	l.pending++
 	e.index(c)
