@@ -98,3 +98,26 @@ func TestCMStreamLossy(t *testing.T) {
 		transfer(t, a, b, 1<<20, 10<<10, 10<<10, 7)
 	})
 }
+
+// TestCMStreamPeerDREQAnswered: a stream over RDMA CM answers the peer's
+// DREQ when it comes (the peer sends it once it let go), not when this
+// side closes.
+func TestCMStreamPeerDREQAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, _ := cmPair(t, link.Faults{}, 0, Config{Linger: time.Second})
+		answered := make(chan error, 1)
+		go func() { answered <- b.cmc.Disconnect(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("the peer's DREQ not answered before our Close")
+		}
+		if st := a.qp.State(); st != roce.StateErr {
+			t.Fatalf("QP in %v after answering the DREQ, want ERR", st)
+		}
+	})
+}

@@ -64,7 +64,7 @@ type Conn struct {
 	cmc          *cm.Conn // the RDMA CM connection, when connected over it
 	stop         context.CancelFunc
 	pumpDone     chan struct{}
-	watchDone    chan struct{} // rsWatch's, when it runs
+	watchDone    chan struct{} // rsWatch's or cmWatch's, when it runs
 	closeOnce    sync.Once
 
 	wmu sync.Mutex // serializes Write and CloseWrite
@@ -177,9 +177,13 @@ func (c *Conn) start() {
 	c.stop = cancel
 	c.pumpDone = make(chan struct{})
 	go c.pump(ctx)
-	if c.rs != nil && (c.cmc != nil || c.cfg.Keepalive > 0) {
+	switch {
+	case c.rs != nil && (c.cmc != nil || c.cfg.Keepalive > 0):
 		c.watchDone = make(chan struct{})
 		go c.rsWatch(ctx)
+	case c.cmc != nil:
+		c.watchDone = make(chan struct{})
+		go c.cmWatch(ctx)
 	}
 }
 

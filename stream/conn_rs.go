@@ -155,6 +155,19 @@ func acceptRS(ctx context.Context, d *roce.Device, req *cm.Request, peer rsConnD
 	return c, nil
 }
 
+// cmWatch runs beside the pump of a stream connected over RDMA CM with
+// the direct protocol until ctx ends: the peer sends its DREQ once it
+// has let go of the connection (after FIN), so the DREQ is answered at
+// once, which stops the QP, rather than when this side closes.
+func (c *Conn) cmWatch(ctx context.Context) {
+	defer close(c.watchDone)
+	select {
+	case <-ctx.Done():
+	case <-c.cmc.Done():
+		c.cmc.Disconnect(ctx)
+	}
+}
+
 // rsWatch runs beside the pump of an rsocket connection until ctx ends:
 // it turns the CM's disconnection into the rsocket's and sends keepalives
 // (a zero-length RDMA WRITE every Config.Keepalive, as rsocket's
@@ -187,6 +200,11 @@ func (c *Conn) rsWatch(ctx context.Context) {
 			c.rs.disconnect()
 			c.broadcastLocked()
 			c.mu.Unlock()
+			// Then answer, as rsocket's shutdown does on
+			// RDMA_CM_EVENT_DISCONNECTED: the QP stops (our sends the
+			// peer will never acknowledge are flushed, so Close does
+			// not wait for them) and the DREP goes.
+			c.cmc.Disconnect(ctx)
 		case <-tick:
 			c.mu.Lock()
 			if c.err == nil && c.rs.connected && c.rs.ctrlAvail() {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/link"
+	"github.com/xroce/xroce/roce"
 )
 
 // rsPair connects an rsocket client (cfg a) to a ListenCM listener (cfg
@@ -345,5 +346,37 @@ func TestRsocketKeepalive(t *testing.T) {
 		}
 		transfer(t, a, b, 64<<10, 4<<10, 4<<10, 2)
 		transfer(t, b, a, 64<<10, 4<<10, 4<<10, 3)
+	})
+}
+
+// TestRsocketPeerDREQAnswered: the peer stops its QP and disconnects
+// (rdma_disconnect: the QP to ERR, then the DREQ) while a message of ours
+// is unacknowledged. The connection answers the DREQ at once, which
+// stops its QP as well: the peer's disconnect completes without waiting
+// for our Close, and our Close finds the send flushed rather than
+// waiting out Linger for an acknowledgement that cannot come.
+func TestRsocketPeerDREQAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := rsPair(t, link.Faults{}, 0, Config{Linger: time.Minute}, Config{})
+		if err := b.qp.Modify(&roce.Attr{State: roce.StateErr}, roce.AttrState); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Write([]byte("never acknowledged")); err != nil {
+			t.Fatal(err)
+		}
+		answered := make(chan error, 1)
+		go func() { answered <- b.cmc.Disconnect(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("the peer's DREQ not answered before our Close")
+		}
+		if err := a.Close(); err != nil {
+			t.Fatalf("Close after the peer's DREQ: %v", err)
+		}
 	})
 }
