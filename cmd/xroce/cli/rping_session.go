@@ -387,8 +387,8 @@ func (cb *rpingCB) complete(wc *roce.WC) bool {
 	return fail()
 }
 
-// disconnect is rping_disconnect: the QP to ERR and a DREQ (or, after the
-// peer's, nothing more: the agent has answered it). The DREP is the
+// disconnect is rping_disconnect: the QP to ERR and a DREQ, or after the
+// peer's DREQ the DREP that answers it. The DREP to ours is the
 // DISCONNECTED event rping's CM thread prints.
 func (cb *rpingCB) disconnect(ctx context.Context, interrupted bool) {
 	limit := cmPeerTimeout

@@ -339,8 +339,9 @@ func (t *cmatose) runClient(ctx context.Context, a cmatestAddr) int {
 			return -1
 		}
 	}
-	// disconnect_events: the server's DREQ on each connection (the agent
-	// answers it, as cmatose's rdma_disconnect on DISCONNECTED does).
+	// disconnect_events: the server's DREQ on each connection, answered
+	// as cmatose's rdma_disconnect on DISCONNECTED does (the QP stops,
+	// the DREP goes).
 	if t.silent {
 		return ret
 	}
@@ -353,6 +354,7 @@ func (t *cmatose) runClient(ctx context.Context, a cmatestAddr) int {
 		select {
 		case <-n.conn.Done():
 			n.connected = false
+			n.conn.Disconnect(ctx)
 		case <-ctx.Done():
 			t.interrupted = true
 			return -1
