@@ -115,8 +115,10 @@ func (c *Conn) Exchange(mine, theirs []byte) error { return c.exchange(mine, the
 
 // exchange is Exchange; last says this is the final exchange, where the
 // server's answer failing with ErrPeerClosed is no failure: a client that
-// has its answer ends and disconnects at once, and its DREQ may flush the
-// server's SEND before the ACK of it came back (a lost ACK).
+// has its answer ends and disconnects at once, and when the ACK of the
+// server's SEND is lost the client's DREQ comes before it (with rdma_cm
+// the DREQ ends the wait for a SEND's completion, which the client's QP,
+// in ERR by then, would never give).
 func (c *Conn) exchange(mine, theirs []byte, last bool) error {
 	if c.client {
 		if err := c.t.Send(mine); err != nil {

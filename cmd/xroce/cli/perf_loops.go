@@ -363,11 +363,17 @@ func (r *perfRun) writeLat(ctx context.Context, size, iters int, end, origin tim
 		// The previous WRITE must be done before its buffer changes (it
 		// is, but for its ACK, once the peer has answered it).
 		for ccnt < scnt {
-			n, err := r.pollOne(ctx, r.scq)
-			if err != nil {
-				if scnt == iters && rcnt == iters && r.peerDone(err) {
+			var n int
+			var err error
+			if scnt == iters && rcnt == iters {
+				var done bool
+				if n, done, err = r.pollLast(ctx); done {
 					return scnt, nil
 				}
+			} else {
+				n, err = r.pollOne(ctx, r.scq)
+			}
+			if err != nil {
 				return scnt, err
 			}
 			ccnt += n
@@ -465,11 +471,11 @@ func (r *perfRun) sendLat(ctx context.Context, size, iters int, end, origin time
 		}
 	}
 	for ccnt < scnt {
-		n, err := r.pollOne(ctx, r.scq)
+		n, done, err := r.pollLast(ctx)
+		if done {
+			return scnt, nil
+		}
 		if err != nil {
-			if r.peerDone(err) {
-				return scnt, nil
-			}
 			return scnt, err
 		}
 		ccnt += n

@@ -139,7 +139,7 @@ func (c *cmChannel) Send(b []byte) error {
 	if err := c.qp.PostSend(&wr); err != nil {
 		return c.why(fmt.Errorf("post send on the rdma_cm control QP: %w", err))
 	}
-	wc, err := c.next(c.scq)
+	wc, err := c.next(c.scq, true)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func (c *cmChannel) Send(b []byte) error {
 
 // Recv implements perftest.Transport.
 func (c *cmChannel) Recv(b []byte) error {
-	wc, err := c.next(c.rcq)
+	wc, err := c.next(c.rcq, false)
 	if err != nil {
 		return err
 	}
@@ -168,12 +168,35 @@ func (c *cmChannel) Recv(b []byte) error {
 	return nil
 }
 
-// next waits for the completion of the one request outstanding on cq.
-func (c *cmChannel) next(cq *roce.CQ) (roce.WC, error) {
-	if _, err := waitCQ(c.ctx, cq, c.wcs[:], c.deadline, c.wait); err != nil {
+// next waits for the completion of the one request outstanding on cq;
+// send says it is a SEND, whose wait the peer's DREQ ends: the peer got
+// it (it disconnects once it has the answer it waited for) if its ACK
+// was lost, and as its QP is in ERR the ACK will not come. A receive
+// still completes after the DREQ, if the message was sent before it.
+func (c *cmChannel) next(cq *roce.CQ, send bool) (roce.WC, error) {
+	ctx := c.ctx
+	if send && c.conn != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = untilDone(ctx, c.conn.Done())
+		defer cancel()
+	}
+	if _, err := waitCQ(ctx, cq, c.wcs[:], c.deadline, c.wait); err != nil {
 		return roce.WC{}, c.why(err)
 	}
 	return c.wcs[0], nil
+}
+
+// untilDone returns ctx, ended too when done closes (a Conn's Done).
+func untilDone(ctx context.Context, done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // why says that err comes of the peer's disconnecting, when it does.
@@ -548,8 +571,10 @@ func cmResolveError(dst netip.AddrPort, err error) error {
 // cmClose ends the rdma_cm connections. After a run that went well it
 // does what perftest 4.5 does (destroy_ctx, rdma_cm_disconnect_nodes):
 // the client disconnects every data connection (DREQ) and waits for the
-// DREPs; the server, whose agent answers those DREQs, waits a moment for
-// them and disconnects what is left. Then, or at once after a failure,
+// DREPs; the server waits a moment for those DREQs, then disconnects
+// every connection: its DREP answers the DREQs that came, a DREQ ends
+// the others. (The agent's Close keeps answering resent DREQs while the
+// connections are in time-wait.) Then, or at once after a failure,
 // the connections go as destroyed ids do: the control connection with a
 // DREQ nobody waits for. UD data QPs have no connection to end.
 func (r *perfRun) cmClose(ok bool) {

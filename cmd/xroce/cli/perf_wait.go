@@ -125,15 +125,29 @@ func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, 
 	}
 }
 
-// peerDone says whether err, met waiting for the completion of this side's
-// last message of a latency test, is the peer's having ended: the peer
-// disconnects once it has that message (its loop ends there), and when the
-// ACK of it is lost its DREQ comes first, which flushes the send (as
-// perftest, which does not wait for that completion, never sees). Only
-// with rdma_cm, where the disconnection is known.
-func (r *perfRun) peerDone(err error) bool {
-	var wcErr *wcStatusError
-	return errors.As(err, &wcErr) && wcErr.status == roce.WCWRFlushErr && r.peerDisconnected()
+// pollLast is pollOne of the send CQ for the completion of this side's
+// last message of a latency test; done says the peer ended first. The
+// peer ends its loop once that message has landed and, with rdma_cm,
+// disconnects; when the ACK of it is lost, the peer's QP is in ERR by the
+// time we resend, and the completion never comes (perftest does not wait
+// for it). So the peer's DREQ ends the wait: the message was received.
+// Only with rdma_cm, where the disconnection is known.
+func (r *perfRun) pollLast(ctx context.Context) (n int, done bool, err error) {
+	if r.cm == nil || len(r.cm.data) == 0 {
+		n, err = r.pollOne(ctx, r.scq)
+		return n, false, err
+	}
+	conn := r.cm.data[0]
+	wctx, cancel := untilDone(ctx, conn.Done())
+	defer cancel()
+	n, err = r.pollOne(wctx, r.scq)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		if r.peerDisconnected() {
+			return 0, true, nil
+		}
+		return 0, false, fmt.Errorf("the rdma_cm data connection ended: %w", conn.Err())
+	}
+	return n, false, err
 }
 
 // pollOne waits for completions on cq and checks their status.
