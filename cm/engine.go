@@ -657,8 +657,9 @@ func (e *Engine) Establish(now time.Duration, id uint32, data []byte) error {
 // (the kernel's ib_cm_notify with IB_EVENT_COMM_EST, IBTA §12.9.6.2): a
 // passive connection waiting for the RTU is established at once
 // (EventEstablished), its REP no longer resent; the RTU, if it comes,
-// is a duplicate. It is ErrState in the states before the REP and after
-// the connection ended, and nothing once established.
+// is a duplicate. Once established it does nothing; before the REP, or
+// once the connection is ending, it fails with ErrState (ErrUnknown when
+// the connection is gone).
 func (e *Engine) Notify(now time.Duration, id uint32) error {
 	c, err := e.conn(id, StateRepSent, StateMRARepRcvd, StateEstablished)
 	if err != nil {
