@@ -1204,7 +1204,12 @@ func (c *Conn) Close() error {
 	return c.a.do(func(now time.Duration) error {
 		c.a.eng.Destroy(now, c.id)
 		c.failLocked(ErrClosed)
-		c.a.forgetLocked(c)
+		// The engine raises no more events for a destroyed connection
+		// (its EventTimewaitExit included), so c goes now; what the
+		// engine still does for it (a DREQ, time-wait) needs no Conn.
+		if c.a.conns[c.id] == c {
+			delete(c.a.conns, c.id)
+		}
 		return nil
 	})
 }

@@ -474,3 +474,33 @@ func (s *simNet) connectWith(a, b *simNode, plt, response uint8) uint32 {
 	}
 	return id
 }
+
+// TestCloseForgetsConn: a Conn closed while established, or after the
+// peer's DREQ, leaves the agent's table at once (the engine emits no
+// EventTimewaitExit for a destroyed connection, so nothing else would take
+// it out): a program that opens and closes connections keeps no memory of
+// them.
+func TestCloseForgetsConn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var x filter
+		p, _ := connectPair(t, &x, AgentConfig{}, 0, true)
+		conns := func(a *Agent) int {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return len(a.conns)
+		}
+		if conns(p.aa) != 1 || conns(p.ab) != 1 {
+			t.Fatalf("connections %d and %d, want 1 each", conns(p.aa), conns(p.ab))
+		}
+		p.c.Close() // the client's DREQ; the server is told
+		<-p.s.Done()
+		p.s.Close() // the server answers with its DREP
+		synctest.Wait()
+		if conns(p.aa) != 0 || conns(p.ab) != 0 {
+			t.Fatalf("after Close: the agents hold %d and %d connections, want none", conns(p.aa), conns(p.ab))
+		}
+		if st := p.ab.state(p.s.ID()); st != StateTimewait {
+			t.Errorf("server's connection in %v after its DREP, want time-wait", st)
+		}
+	})
+}
