@@ -34,13 +34,16 @@
 //     connection is answered with a DREP; crossing DREQs are legal; after
 //     a DREP or the DREQ's last time-out the connection stays in
 //     time-wait, where it still answers, for the ACK time-out, and after
-//     a DREP of ours until the peer's first resend of its DREQ too.
+//     a DREP of ours until the peer's first resend of its DREQ too, but
+//     never beyond MaxTimewait, whatever time-outs the peer's fields ask.
 //   - A passive connection whose RTU was lost is established when its QP
 //     takes its first packet (Notify, the kernel's COMM_EST), or failing
 //     that when the REP times out and Handler.Received says so.
 //   - State is bounded: Config.MaxConns connections in all, Config.Backlog
 //     unanswered requests per listener; a REQ beyond them is refused (REJ 3,
-//     no resources), junk MADs are counted and dropped.
+//     no resources), junk MADs are counted and dropped. Time-wait is never
+//     the reason: a new connection that finds no room replaces the oldest
+//     connection in time-wait (as Linux's TCP beyond tcp_max_tw_buckets).
 //
 // # The binding
 //

@@ -145,12 +145,15 @@ type Event struct {
 
 // Config configures an Engine.
 type Config struct {
-	GUID     uint64 // the local CA GUID sent in REQ, REP and REJ "timeout"
-	Out      Output
-	Handler  Handler
-	Seed     uint64 // seeds the comm IDs and TIDs (tests); 0 means random
-	MaxConns int    // connections in every state, time-wait included; 0 means 4096
-	Backlog  int    // requests a listener holds before they are accepted; 0 means 128
+	GUID    uint64 // the local CA GUID sent in REQ, REP and REJ "timeout"
+	Out     Output
+	Handler Handler
+	Seed    uint64 // seeds the comm IDs and TIDs (tests); 0 means random
+	// MaxConns bounds the connections in every state; 0 means 4096. One
+	// in time-wait counts only while there is room: a new connection
+	// that finds none takes the place of the oldest in time-wait.
+	MaxConns int
+	Backlog  int // requests a listener holds before they are accepted; 0 means 128
 	// MRATimeout is the Service Timeout of the MRAs that answer duplicate
 	// REQs and REPs (4.096 µs × 2^MRATimeout); 0 means 24 (68.7 s), the
 	// kernel's. A request nobody answers ends after it.
@@ -168,6 +171,7 @@ type Stats struct {
 	Retransmits                             atomic.Uint64 // REQ, REP and DREQ resent
 	Timeouts                                atomic.Uint64 // retries exhausted
 	Refused                                 atomic.Uint64 // REQs refused for want of room (REJ 3)
+	TimewaitEvicted                         atomic.Uint64 // connections forgotten in time-wait to make room for new ones
 	TxNoBuffer                              atomic.Uint64 // MADs the output had no room for (retries cover them)
 }
 
@@ -209,6 +213,9 @@ type conn struct {
 	dreqTID     uint64 // TID of the DREQ received, for the DREP
 	deadline    time.Duration
 	hidx        int
+	// In the engine's time-wait list, oldest first (twPrev, twNext).
+	inTW           bool
+	twPrev, twNext *conn
 }
 
 type remoteKey struct {
@@ -238,9 +245,12 @@ type Engine struct {
 	sidrs     map[sidrKey]*conn   // SIDR requests with the consumer, by request ID and sender
 	listeners map[uint64]*listener
 	timers    deadlines
-	scratch   [mad.Size]byte
-	ev        Event
-	stats     Stats
+	// The connections in time-wait, in the order they entered it: the
+	// first is the one a new connection replaces when there is no room.
+	twFirst, twLast *conn
+	scratch         [mad.Size]byte
+	ev              Event
+	stats           Stats
 }
 
 // NewEngine makes an engine.
@@ -310,10 +320,22 @@ func (e *Engine) Unlisten(serviceID uint64) {
 	}
 }
 
-// newConn allocates a connection with a fresh random nonzero comm ID.
+// newConn allocates a connection with a fresh random nonzero comm ID. At
+// Config.MaxConns it forgets the oldest connection in time-wait to make
+// room, as Linux's TCP drops time-wait sockets beyond tcp_max_tw_buckets:
+// time-wait keeps a comm ID and QPN from being taken for a new
+// connection's too soon, it is not a resource a peer can use up (one
+// that opens and closes connections fast would otherwise lock every
+// other peer out).
 func (e *Engine) newConn() (*conn, error) {
 	if len(e.conns) >= e.cfg.MaxConns {
-		return nil, ErrFull
+		old := e.twFirst
+		if old == nil {
+			return nil, ErrFull
+		}
+		e.stats.TimewaitEvicted.Add(1)
+		e.emit(old, EventTimewaitExit, nil)
+		e.free(old)
 	}
 	c := &conn{hidx: -1, deadline: Never}
 	for c.id == 0 || e.conns[c.id] != nil {
@@ -333,6 +355,7 @@ func (e *Engine) index(c *conn) {
 
 // free forgets c.
 func (e *Engine) free(c *conn) {
+	e.leaveTimewaitList(c)
 	e.disarm(c)
 	e.leaveReqRcvd(c)
 	e.unindex(c)
@@ -531,7 +554,42 @@ func (e *Engine) timewait(now time.Duration, c *conn) {
 	if c.answered {
 		d += c.peerTimeout
 	}
-	e.arm(c, now+d)
+	// The peer's fields chose d (up to 2^23 ms each): bounded whatever
+	// it asks for.
+	e.arm(c, now+min(d, MaxTimewait))
+	if !c.inTW {
+		c.inTW, c.twPrev = true, e.twLast
+		if e.twLast != nil {
+			e.twLast.twNext = c
+		} else {
+			e.twFirst = c
+		}
+		e.twLast = c
+	}
+}
+
+// MaxTimewait bounds time-wait, which the peer's REQ or REP fields
+// choose (ACK and CM response time-outs): enough for the first resend of
+// a DREQ from a Linux 6.1 peer (8.2 s, see timewait), not the hours the
+// fields can ask for.
+const MaxTimewait = 16 * time.Second
+
+// leaveTimewaitList takes c out of the engine's time-wait list.
+func (e *Engine) leaveTimewaitList(c *conn) {
+	if !c.inTW {
+		return
+	}
+	if c.twPrev != nil {
+		c.twPrev.twNext = c.twNext
+	} else {
+		e.twFirst = c.twNext
+	}
+	if c.twNext != nil {
+		c.twNext.twPrev = c.twPrev
+	} else {
+		e.twLast = c.twPrev
+	}
+	c.inTW, c.twPrev, c.twNext = false, nil, nil
 }
 
 // Answering returns the connections in time-wait after answering the

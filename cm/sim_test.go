@@ -557,3 +557,76 @@ func TestSIDR(t *testing.T) {
 		t.Fatalf("nobody: %+v", a.events)
 	}
 }
+
+// TestTimewaitNoExhaustion: a peer that opens and closes connections as
+// fast as it can, asking for the longest time-outs its REQs can name,
+// fills the engine with connections in time-wait; they last MaxTimewait
+// at most, and a new connection from anyone (here a good peer, then the
+// engine's own dial) takes the place of the oldest instead of being
+// refused. State stays within MaxConns throughout.
+func TestTimewaitNoExhaustion(t *testing.T) {
+	s := newSimNet(t)
+	b := s.node("198.18.0.2", 2)
+	b.e.cfg.MaxConns = 64
+	b.e.Listen(mad.ServiceID(mad.PortSpaceTCP, 7471))
+	evil := &Peer{Addr: netip.MustParseAddr("198.18.0.66"), Local: b.addr, MAC: [6]byte{2, 0, 0, 0, 0, 0x66}}
+	var m [mad.Size]byte
+	mm := mad.MAD(m[:])
+	// Each REQ is accepted at once (simNode), then the attacker sends
+	// the RTU and a DREQ; b answers the DREQ and enters time-wait.
+	for i := range uint32(1000) {
+		mm.EncodeCM(uint64(i), mad.AttrREQ, 0)
+		mad.REQ(mm.Body()).Encode(&mad.REQFields{LocalCommID: i + 1, LocalQPN: 0x11 + i, LocalCAGUID: 66,
+			ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471), MaxCMRetries: 15, PKey: 0xffff, PathMTU: 3,
+			LocalCMResponseTimeout: 31, RemoteCMResponseTimeout: 31, PrimaryLocalACKTimeout: 31})
+		b.e.Input(s.now, m[:], evil)
+		b.runTodo()
+		var rep *conn
+		for _, c := range b.e.conns {
+			if c.remoteID == i+1 && c.remoteGUID == 66 {
+				rep = c
+			}
+		}
+		if rep == nil {
+			t.Fatalf("REQ %d: no connection (refused %d)", i, b.e.Stats().Refused.Load())
+		}
+		mm.EncodeCM(uint64(i), mad.AttrRTU, 0)
+		mad.RTU(mm.Body()).Encode(&mad.RTUFields{LocalCommID: i + 1, RemoteCommID: rep.id})
+		b.e.Input(s.now, m[:], evil)
+		mm.EncodeCM(uint64(i)|1<<40, mad.AttrDREQ, 0)
+		mad.DREQ(mm.Body()).Encode(&mad.DREQFields{LocalCommID: i + 1, RemoteCommID: rep.id, RemoteQPN: rep.localQPN})
+		b.e.Input(s.now, m[:], evil)
+		b.runTodo()
+		if st := rep.state; st != StateTimewait {
+			t.Fatalf("connection %d in %v after the DREQ, want time-wait", i, st)
+		}
+		if b.e.Conns() > 64 {
+			t.Fatalf("%d connections, more than MaxConns 64", b.e.Conns())
+		}
+		s.queue = s.queue[:0]
+		s.now += time.Millisecond
+	}
+	if b.e.Stats().Refused.Load() != 0 || b.e.Stats().TimewaitEvicted.Load() == 0 {
+		t.Fatalf("refused %d, evicted from time-wait %d: want none refused, room made", b.e.Stats().Refused.Load(),
+			b.e.Stats().TimewaitEvicted.Load())
+	}
+	for _, c := range b.e.conns {
+		if c.deadline > s.now+MaxTimewait {
+			t.Fatalf("a connection in time-wait until %v, beyond now %v + MaxTimewait", c.deadline, s.now)
+		}
+	}
+	// A good peer connects while the table is full of time-wait.
+	a := s.node("198.18.0.1", 1)
+	id := s.connect(a, b, nil)
+	s.run(s.now + time.Second)
+	if a.e.State(id) != StateEstablished {
+		t.Fatalf("the good peer's connection is %v, want established (refused %d)", a.e.State(id), b.e.Stats().Refused.Load())
+	}
+	// And every time-wait ends by MaxTimewait whatever was asked.
+	b.e.Poll(s.now + MaxTimewait)
+	for _, c := range b.e.conns {
+		if c.state == StateTimewait {
+			t.Fatalf("a connection still in time-wait after MaxTimewait")
+		}
+	}
+}
