@@ -1,8 +1,10 @@
 package roce
 
 import (
+	"context"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -153,3 +155,127 @@ func TestPipeCNP(t *testing.T) {
 		t.Errorf("A sent %d CNPs (nothing it received was marked)", sa.TxCNP)
 	}
 }
+
+// TestPipeCongestion is TestVethCongestion on fake time, where the depth
+// of the cuts can be checked: two devices over a 10 Gb/s pipe in a
+// synctest bubble, the sender keeping two 256 KiB WRITEs outstanding.
+// Unmarked, nothing limits it; with every 20th of its frames marked CE
+// (the veth test's 5%), the CNPs cut its rate below half the line rate;
+// when the marking stops, the rate recovers to the line rate.
+func TestPipeCongestion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const line = 10_000_000_000
+		// ConnectX's parameters but the α period: the paper's 55 µs, as
+		// in TestVethCongestion before it stopped checking the depth.
+		p := DefaultDCQCN()
+		p.AlphaPeriod = 55 * time.Microsecond
+		var marking atomic.Bool
+		var frames, marked int // guarded by the pipe's lock (Drop runs under it)
+		mark := func(frame []byte) bool {
+			if marking.Load() {
+				if frames++; frames%20 == 0 && bth.MarkCE(frame) {
+					marked++
+				}
+			}
+			return false
+		}
+		wire := link.Faults{Rate: line, RateOverhead: 24}
+		atob := wire
+		atob.Drop = mark
+		da, db, _ := pipeDevicesWith(t, atob, wire, Config{LineRate: line, CC: CCConfig{DCQCN: &p}})
+		a, b := rcPair(t, da, db, 1<<20)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		var writes atomic.Int64
+		go func() {
+			done <- keepWriting(ctx, a, b, 2, 256<<10, &writes)
+		}()
+		stop := func() {
+			t.Helper()
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("writes: %v", err)
+			}
+		}
+
+		time.Sleep(time.Millisecond)
+		if s := a.qp.Stats(); writes.Load() == 0 || s.Rate != 0 || s.RateCuts != 0 {
+			stop()
+			t.Fatalf("unmarked: %d writes, the sender paced at %d b/s after %d cuts; want writes, unlimited", writes.Load(), s.Rate, s.RateCuts)
+		}
+
+		marking.Store(true)
+		time.Sleep(5 * time.Millisecond)
+		marking.Store(false)
+		sm := a.qp.Stats()
+
+		// DCQCN raises the rate back within tens of milliseconds of
+		// fake time (ConnectX's fast recovery, then additive and hyper
+		// increase every 300 µs); a second is far more.
+		start := time.Now()
+		for r := a.qp.Stats().Rate; r != 0 && r < line*9/10 && time.Since(start) < time.Second; r = a.qp.Stats().Rate {
+			time.Sleep(100 * time.Microsecond)
+		}
+		recovery := time.Since(start)
+		stop()
+
+		sa, sb := a.qp.Stats(), b.qp.Stats()
+		t.Logf("%d writes of 256 KiB; %d frames marked CE; B: %d CE received, %d CNPs sent; A: %d CNPs received, %d cuts",
+			writes.Load(), marked, sb.RxCE, sb.TxCNP, sa.RxCNP, sa.RateCuts)
+		t.Logf("A's rate: lowest %d b/s, %d when the marking stopped, %d after %v of recovery", sa.RateLowest, sm.Rate, sa.Rate, recovery)
+		if marked == 0 || sb.RxCE != uint64(marked) || sb.TxCNP == 0 || sa.RxCNP != sb.TxCNP || sa.RateCuts == 0 {
+			t.Errorf("marked %d, B RxCE %d TxCNP %d, A RxCNP %d cuts %d: want every mark received, CNPs flowing and cuts",
+				marked, sb.RxCE, sb.TxCNP, sa.RxCNP, sa.RateCuts)
+		}
+		if sa.RateLowest == 0 || sa.RateLowest >= line/2 {
+			t.Errorf("while marked the lowest rate was %d b/s, want a cut below half the line rate", sa.RateLowest)
+		}
+		if sa.Rate != 0 && sa.Rate < line*9/10 {
+			t.Errorf("%v after the marking the rate is %d b/s, want a recovery from %d to the line rate", recovery, sa.Rate, sa.RateLowest)
+		}
+		if sa.Retransmits != 0 {
+			t.Errorf("%d retransmissions on a lossless pipe", sa.Retransmits)
+		}
+	})
+}
+
+// keepWriting keeps depth RDMA WRITEs of size bytes from a to b
+// outstanding until ctx is done, counting the completed ones in writes;
+// it returns the first failure.
+func keepWriting(ctx context.Context, a, b *side, depth, size int, writes *atomic.Int64) error {
+	post := func(i int) error {
+		return a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	}
+	for i := range depth {
+		if err := post(i); err != nil {
+			return err
+		}
+	}
+	var wc [4]WC
+	for i := depth; ctx.Err() == nil; {
+		n := a.cq.Poll(wc[:])
+		for _, c := range wc[:n] {
+			if c.Status != WCSuccess {
+				return wcErr(c)
+			}
+			writes.Add(1)
+			if err := post(i); err != nil {
+				return err
+			}
+			i++
+		}
+		if n == 0 {
+			a.cq.Wait(ctx)
+		}
+	}
+	return nil
+}
+
+// wcErr turns a failed completion into an error for the test's goroutine.
+func wcErr(wc WC) error { return &wcError{wc} }
+
+type wcError struct{ wc WC }
+
+func (e *wcError) Error() string { return "completion " + e.wc.Status.String() }
