@@ -13,8 +13,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -610,96 +610,91 @@ func TestPipeStatsExtra(t *testing.T) {
 	}
 }
 
-// cpuTime returns the process's user+system CPU time.
-func cpuTime(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Skipf("getrusage: %v", err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// TestPipeReceiveBlocking uses the real clock.
+// TestPipeReceiveBlocking runs in a synctest bubble: the waits are on
+// fake time and so exact. A Receive that spun on the clock instead of
+// sleeping would not let the bubble's clock advance and would hang here
+// (until the test binary's timeout) rather than return.
 func TestPipeReceiveBlocking(t *testing.T) {
 	bufs := make([][]byte, 8)
 	t.Run("timeout", func(t *testing.T) {
-		_, b := NewPipe(PipeConfig{})
-		cpu, start := cpuTime(t), time.Now()
-		n, err := b.Receive(bufs, 200*time.Millisecond)
-		elapsed, used := time.Since(start), cpuTime(t)-cpu
-		if n != 0 || err != nil || elapsed < 200*time.Millisecond || elapsed > 2*time.Second {
-			t.Errorf("Receive(200ms) on an idle pipe = %d, %v after %v", n, err, elapsed)
-		}
-		if used > 50*time.Millisecond {
-			t.Errorf("waiting 200ms used %v of CPU: busy spinning?", used)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			_, b := NewPipe(PipeConfig{})
+			start := time.Now()
+			n, err := b.Receive(bufs, 200*time.Millisecond)
+			if el := time.Since(start); n != 0 || err != nil || el != 200*time.Millisecond {
+				t.Errorf("Receive(200ms) on an idle pipe = %d, %v after %v, want 0, nil after 200ms", n, err, el)
+			}
+		})
 	})
 	t.Run("wakeup", func(t *testing.T) {
-		_, b := NewPipe(PipeConfig{})
-		done := make(chan error)
-		go func() {
-			n, err := b.Receive(bufs, -1)
-			if n != 0 {
-				err = fmt.Errorf("got %d frames", n)
+		synctest.Test(t, func(t *testing.T) {
+			_, b := NewPipe(PipeConfig{})
+			done := make(chan error)
+			go func() {
+				n, err := b.Receive(bufs, -1)
+				if n != 0 {
+					err = fmt.Errorf("got %d frames", n)
+				}
+				done <- err
+			}()
+			synctest.Wait() // Receive asleep
+			select {
+			case <-done:
+				t.Fatal("Receive(-1) on an idle pipe returned before Wakeup")
+			default:
 			}
-			done <- err
-		}()
-		time.Sleep(20 * time.Millisecond)
-		b.Wakeup()
-		select {
-		case err := <-done:
-			if err != nil {
+			b.Wakeup()
+			if err := <-done; err != nil {
 				t.Error(err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Wakeup did not end a waiting Receive")
-		}
-		// A Wakeup before Receive makes it return without waiting, once.
-		b.Wakeup()
-		start := time.Now()
-		if n, err := b.Receive(bufs, time.Minute); n != 0 || err != nil || time.Since(start) > time.Second {
-			t.Errorf("Receive after Wakeup = %d, %v after %v", n, err, time.Since(start))
-		}
-		if n, _ := b.Receive(bufs, 20*time.Millisecond); n != 0 {
-			t.Errorf("Receive = %d", n)
-		}
-		if s := b.Stats(); s.Wakeups != 2 {
-			t.Errorf("Wakeups = %d, want 2", s.Wakeups)
-		}
+			// A Wakeup before Receive makes it return without waiting, once.
+			b.Wakeup()
+			start := time.Now()
+			if n, err := b.Receive(bufs, time.Minute); n != 0 || err != nil || time.Since(start) != 0 {
+				t.Errorf("Receive after Wakeup = %d, %v after %v, want 0, nil at once", n, err, time.Since(start))
+			}
+			start = time.Now()
+			if n, _ := b.Receive(bufs, 20*time.Millisecond); n != 0 || time.Since(start) != 20*time.Millisecond {
+				t.Errorf("second Receive(20ms) after one Wakeup = %d after %v, want 0 after 20ms", n, time.Since(start))
+			}
+			if s := b.Stats(); s.Wakeups != 2 {
+				t.Errorf("Wakeups = %d, want 2", s.Wakeups)
+			}
+		})
 	})
 	t.Run("frame", func(t *testing.T) {
-		a, b := NewPipe(PipeConfig{})
-		go func() {
-			time.Sleep(20 * time.Millisecond)
-			var x [1][]byte
-			a.Alloc(x[:])
-			a.Transmit([][]byte{frame(x[0], 42, 64)})
-		}()
-		n, err := b.Receive(bufs, -1)
-		if n != 1 || err != nil || seqOf(bufs[0]) != 42 {
-			t.Fatalf("Receive = %d, %v", n, err)
-		}
-		b.Release(bufs[:1])
+		synctest.Test(t, func(t *testing.T) {
+			a, b := NewPipe(PipeConfig{})
+			go func() {
+				time.Sleep(20 * time.Millisecond)
+				var x [1][]byte
+				a.Alloc(x[:])
+				a.Transmit([][]byte{frame(x[0], 42, 64)})
+			}()
+			start := time.Now()
+			n, err := b.Receive(bufs, -1)
+			if el := time.Since(start); n != 1 || err != nil || seqOf(bufs[0]) != 42 || el != 20*time.Millisecond {
+				t.Fatalf("Receive = %d, %v after %v, want frame 42 when it was sent, after 20ms", n, err, el)
+			}
+			b.Release(bufs[:1])
+		})
 	})
 	t.Run("delay", func(t *testing.T) {
-		a, b := NewPipe(PipeConfig{AtoB: Faults{Delay: 50 * time.Millisecond}})
-		cpu := cpuTime(t)
-		start := time.Now()
-		send(t, a, 7, 64)
-		n, err := b.Receive(bufs, -1)
-		elapsed := time.Since(start)
-		if n != 1 || err != nil || elapsed < 50*time.Millisecond || elapsed > 5*time.Second {
-			t.Fatalf("Receive of a 50ms-delayed frame = %d, %v after %v", n, err, elapsed)
-		}
-		if used := cpuTime(t) - cpu; used > 30*time.Millisecond {
-			t.Errorf("waiting 50ms used %v of CPU: busy spinning?", used)
-		}
-		b.Release(bufs[:1])
-		// A timeout shorter than the delay returns empty.
-		send(t, a, 8, 64)
-		if n, _ := b.Receive(bufs, 10*time.Millisecond); n != 0 {
-			t.Errorf("Receive(10ms) returned a 50ms-delayed frame")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			a, b := NewPipe(PipeConfig{AtoB: Faults{Delay: 50 * time.Millisecond}})
+			start := time.Now()
+			send(t, a, 7, 64)
+			n, err := b.Receive(bufs, -1)
+			if el := time.Since(start); n != 1 || err != nil || el != 50*time.Millisecond {
+				t.Fatalf("Receive of a 50ms-delayed frame = %d, %v after %v, want 1, nil after 50ms", n, err, el)
+			}
+			b.Release(bufs[:1])
+			// A timeout shorter than the delay returns empty.
+			send(t, a, 8, 64)
+			if n, _ := b.Receive(bufs, 10*time.Millisecond); n != 0 {
+				t.Errorf("Receive(10ms) returned a 50ms-delayed frame")
+			}
+		})
 	})
 }
 
@@ -819,7 +814,7 @@ func TestPipeConcurrent(t *testing.T) {
 		tx := make([][]byte, 16)
 		rx := make([][]byte, 16)
 		sent := 0
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(time.Minute) // a hang, not a slow machine
 		for time.Now().Before(deadline) {
 			if sent < n {
 				k := e.Alloc(tx[:min(16, n-sent)])
