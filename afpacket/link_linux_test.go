@@ -84,6 +84,26 @@ func send(t testing.TB, tx *Link, a addrs, specs []frameSpec) [][]byte {
 	return want
 }
 
+// eventually bounds the waits for what must happen: long enough that only
+// a hang, never a slow machine, reaches it.
+const eventually = 30 * time.Second
+
+// receiveN collects n frames, waiting up to eventually for each; it
+// returns copies (fewer if they stopped coming, more if a batch brought
+// them) and releases the buffers.
+func receiveN(t testing.TB, rx *Link, n int) [][]byte {
+	t.Helper()
+	return receive(t, rx, n, eventually)
+}
+
+// receiveQuiet collects frames until quiet passes without one. It is for
+// frames that must not come: on a slow machine it may miss a late one,
+// but it never fails one for want of time.
+func receiveQuiet(t testing.TB, rx *Link, quiet time.Duration) [][]byte {
+	t.Helper()
+	return receive(t, rx, -1, quiet)
+}
+
 // receive collects frames until it has want of them or quiet passes
 // without one; it returns copies and releases the buffers.
 func receive(t testing.TB, rx *Link, want int, quiet time.Duration) [][]byte {
@@ -153,7 +173,7 @@ func TestExchange(t *testing.T) {
 			} {
 				specs := exchangeSpecs(dir.tx)
 				want := send(t, dir.tx, dir.a, specs)
-				got := receive(t, dir.rx, len(want), time.Second)
+				got := receiveN(t, dir.rx, len(want))
 				if len(got) != len(want) {
 					t.Fatalf("%s: received %d frames, want %d", dir.name, len(got), len(want))
 				}
@@ -173,7 +193,7 @@ func TestExchange(t *testing.T) {
 				if got := dir.rx.Stats().Extra["rx_vlan_restored"]; got != uint64(vlans) {
 					t.Errorf("%s: rx_vlan_restored = %d, want %d", dir.name, got, vlans)
 				}
-				if extra := receive(t, dir.tx, -1, 50*time.Millisecond); len(extra) != 0 {
+				if extra := receiveQuiet(t, dir.tx, 50*time.Millisecond); len(extra) != 0 {
 					t.Errorf("%s: the sender received %d frames (its own?)", dir.name, len(extra))
 				}
 			}
@@ -278,7 +298,8 @@ func TestFilter(t *testing.T) {
 		t.Fatalf("udp write: %v", err)
 	}
 
-	got := receive(t, n.a, -1, 200*time.Millisecond)
+	got := receiveN(t, n.a, len(wantFrames)+1)
+	got = append(got, receiveQuiet(t, n.a, 50*time.Millisecond)...)
 	if len(got) != len(wantFrames)+1 {
 		for i, g := range got {
 			t.Logf("got %d: %x", i, g)
@@ -304,12 +325,13 @@ func TestWakeup(t *testing.T) {
 
 	// Wakeup with no Receive waiting: the next Receive does not wait.
 	n.a.Wakeup()
+	// Only a lost Wakeup lets it wait out its minute.
 	start := time.Now()
-	if got, err := n.a.Receive(bufs, 5*time.Second); got != 0 || err != nil {
+	if got, err := n.a.Receive(bufs, time.Minute); got != 0 || err != nil {
 		t.Fatalf("Receive after Wakeup = %d, %v", got, err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Receive after Wakeup waited %v", d)
+	if d := time.Since(start); d >= time.Minute {
+		t.Errorf("Receive after Wakeup waited %v, its whole timeout", d)
 	}
 
 	// Wakeup from another goroutine ends a Receive waiting forever.
@@ -329,13 +351,14 @@ func TestWakeup(t *testing.T) {
 		t.Fatal("Wakeup did not end Receive(-1)")
 	}
 
-	// A timeout with nothing arriving returns 0, nil after about that long.
+	// A timeout with nothing arriving returns 0, nil, not before it (a
+	// loaded machine may return late).
 	start = time.Now()
 	if got, err := n.a.Receive(bufs, 30*time.Millisecond); got != 0 || err != nil {
 		t.Errorf("Receive(timeout) = %d, %v", got, err)
 	}
-	if d := time.Since(start); d < 25*time.Millisecond || d > 2*time.Second {
-		t.Errorf("Receive(30ms) took %v", d)
+	if d := time.Since(start); d < 25*time.Millisecond {
+		t.Errorf("Receive(30ms) returned after %v", d)
 	}
 	// Polling returns at once.
 	if got, err := n.a.Receive(bufs, 0); got != 0 || err != nil {
@@ -521,7 +544,7 @@ func TestBuffers(t *testing.T) {
 	}
 
 	// Receive: at most RxFrames buffers are out at a time.
-	if got := receive(t, n.a, 1, time.Second); len(got) != 1 {
+	if got := receiveN(t, n.a, 1); len(got) != 1 {
 		t.Fatalf("received %d frames, want 1", len(got))
 	}
 	n.b.Release(bufs[:4])
@@ -540,7 +563,7 @@ func TestBuffers(t *testing.T) {
 		t.Errorf("Receive with all buffers held = %d, %v", got, err)
 	}
 	n.a.Release(rx[:held])
-	if got := receive(t, n.a, 2, time.Second); len(got) != 2 {
+	if got := receiveN(t, n.a, 2); len(got) != 2 {
 		t.Errorf("after Release: received %d of the 2 frames left", len(got))
 	}
 	// A received buffer can be transmitted back (and is then returned).
@@ -553,7 +576,7 @@ func TestBuffers(t *testing.T) {
 	if sent, err := n.a.Transmit(rx[:1]); sent != 1 || err != nil {
 		t.Fatalf("Transmit(received buffer) = %d, %v", sent, err)
 	}
-	if got := receive(t, n.b, 1, time.Second); len(got) != 1 {
+	if got := receiveN(t, n.b, 1); len(got) != 1 {
 		t.Errorf("B received %d reflected frames, want 1", len(got))
 	}
 }
@@ -639,7 +662,7 @@ func TestListenDiscard(t *testing.T) {
 	if refused() {
 		t.Errorf("with ListenDiscard: the kernel answered with port unreachable")
 	}
-	if got := receive(t, n.a, 1, time.Second); len(got) != 1 {
+	if got := receiveN(t, n.a, 1); len(got) != 1 {
 		t.Errorf("with ListenDiscard: the link received %d frames, want 1", len(got))
 	}
 	// A second one on the same port fails: the port is taken.
@@ -660,13 +683,13 @@ func TestListenDiscard(t *testing.T) {
 	if !refused() {
 		t.Errorf("without ListenDiscard: no port unreachable came back (the test shows nothing)")
 	}
-	if got := receive(t, n.a, 1, time.Second); len(got) != 1 {
+	if got := receiveN(t, n.a, 1); len(got) != 1 {
 		t.Errorf("without ListenDiscard: the link received %d frames, want 1", len(got))
 	}
 }
 
 // TestTxWait fills the socket's send buffer (a token bucket of 8 kbit/s
-// holds the frames) and checks that Transmit waits about TxWait, then drops
+// holds the frames) and checks that Transmit waits TxWait, then drops
 // the rest of the batch without an error, counting them.
 func TestTxWait(t *testing.T) {
 	n := newTestNet(t, netns.Config{}, Config{SocketBuffer: 1, TxWait: 30 * time.Millisecond})
@@ -691,8 +714,10 @@ func TestTxWait(t *testing.T) {
 		t.Errorf("Transmit = %d of %d; TxDropped %d, tx_retries %d; want some dropped after retries",
 			sent, k, st.TxDropped, st.Extra["tx_retries"])
 	}
-	if elapsed < 25*time.Millisecond || elapsed > 2*time.Second {
-		t.Errorf("Transmit took %v, want about TxWait (30ms)", elapsed)
+	// It gave up (the counters above) and not before TxWait; how much
+	// later depends on the machine's load.
+	if elapsed < 30*time.Millisecond {
+		t.Errorf("Transmit gave up after %v, before TxWait (30ms)", elapsed)
 	}
 	if got := n.b.Alloc(bufs); got != k {
 		t.Errorf("Alloc after the drops = %d, want all %d buffers back", got, k)
@@ -765,8 +790,9 @@ func TestOutgoing(t *testing.T) {
 	capture := openT(t, n.pair.A, Config{Outgoing: true})
 	specs := []frameSpec{{size: 100, seed: 1}, {size: 300, ipv6: true, seed: 2}, {size: 200, dport: 4792, seed: 3}, {size: 1000, seed: 4}}
 	want := send(t, n.a, n.ab, specs)
-	got := receive(t, capture, -1, 200*time.Millisecond)
 	roce := [][]byte{want[0], want[1], want[3]} // not the one to port 4792
+	got := receiveN(t, capture, len(roce))
+	got = append(got, receiveQuiet(t, capture, 50*time.Millisecond)...)
 	if len(got) != len(roce) {
 		t.Fatalf("capture saw %d outgoing frames, want %d", len(got), len(roce))
 	}
@@ -775,10 +801,10 @@ func TestOutgoing(t *testing.T) {
 			t.Errorf("captured frame %d:\n got %x\nwant %x", i, got[i], roce[i])
 		}
 	}
-	if extra := receive(t, n.a, -1, 50*time.Millisecond); len(extra) != 0 {
+	if extra := receiveQuiet(t, n.a, 50*time.Millisecond); len(extra) != 0 {
 		t.Errorf("the plain link on the sender received %d of its own frames", len(extra))
 	}
-	if got := receive(t, n.b, len(roce), time.Second); len(got) != len(roce) {
+	if got := receiveN(t, n.b, len(roce)); len(got) != len(roce) {
 		t.Errorf("the peer received %d frames, want %d", len(got), len(roce))
 	}
 }

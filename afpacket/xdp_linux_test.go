@@ -74,8 +74,8 @@ func TestFilterMatchesXDP(t *testing.T) {
 		if sent, err := n.b.Transmit(bufs[:k]); sent != k || err != nil {
 			t.Fatalf("Transmit(%d) = %d, %v", k, sent, err)
 		}
-		got := receive(t, n.a, len(want), time.Second)
-		got = append(got, receive(t, n.a, -1, 10*time.Millisecond)...)
+		got := receiveN(t, n.a, len(want))
+		got = append(got, receiveQuiet(t, n.a, 10*time.Millisecond)...)
 		for i := 0; i < max(len(got), len(want)); i++ {
 			switch {
 			case i >= len(got):

@@ -534,10 +534,12 @@ func receiveWakeup(t *testing.T, spin time.Duration) {
 	if d := time.Since(start); d < 25*time.Millisecond {
 		t.Fatalf("Receive(30ms) returned after %v", d)
 	}
-	s.Wakeup() // no Receive waiting: the next one returns at once
+	// No Receive waiting: the next one returns at once, woken, not
+	// timed out; only a lost Wakeup lets it wait out its minute.
+	s.Wakeup()
 	start = time.Now()
-	if n, err := s.Receive(bufs, time.Minute); n != 0 || err != nil || time.Since(start) > 5*time.Second {
-		t.Fatalf("Receive after Wakeup = %d, %v after %v", n, err, time.Since(start))
+	if n, err := s.Receive(bufs, time.Minute); n != 0 || err != nil || time.Since(start) >= time.Minute {
+		t.Fatalf("Receive after Wakeup = %d, %v after %v, want 0, nil before its minute", n, err, time.Since(start))
 	}
 	go func() {
 		time.Sleep(20 * time.Millisecond)
@@ -942,8 +944,10 @@ func TestInterfaceRemovedNonWaiting(t *testing.T) {
 			t.Logf("noticed after %v: %v", time.Since(start), err)
 			break
 		}
-		if time.Since(start) > 3*deadCheck {
-			t.Fatalf("Receive(bufs, 0) has not noticed the removal in %v", 3*deadCheck)
+		// It checks every deadCheck; a loaded machine may be late, so
+		// only a Receive that never notices fails.
+		if time.Since(start) > 30*deadCheck {
+			t.Fatalf("Receive(bufs, 0) has not noticed the removal in %v", 30*deadCheck)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
