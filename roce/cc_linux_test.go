@@ -23,9 +23,6 @@ import (
 // on the load; TestPipeCongestion checks the depth on fake time.
 func TestVethCongestion(t *testing.T) {
 	const line = 10_000_000_000
-	// Generous bounds for what must eventually happen: they fail only on
-	// a hang, never on a slow machine.
-	const eventually = 30 * time.Second
 	da, db, progs := vethDevices(t, Config{LineRate: line}, vethOpts{steer: true})
 	a, b := rcPair(t, da, db, 1<<20)
 

@@ -109,6 +109,10 @@ func rcPair(t testing.TB, da, db *Device, size int) (*side, *side) {
 	return a, b
 }
 
+// eventually bounds a real-time wait for what must happen: long enough
+// that only a hang, never a slow machine, reaches it.
+const eventually = 30 * time.Second
+
 // wait polls cq until one completion arrives, within limit.
 func wait(t testing.TB, cq *CQ, limit time.Duration) WC {
 	t.Helper()

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // waitSide is ppSide's wait for a goroutine that sleeps in CQ.Wait.
@@ -140,9 +138,8 @@ func TestVethWaitEnds(t *testing.T) {
 
 	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer dcancel()
-	start := time.Now()
-	if err := a.cq.Wait(dctx); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
-		t.Fatalf("Wait with a deadline: %v after %v", err, time.Since(start))
+	if err := a.cq.Wait(dctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a deadline: %v, want its deadline", err)
 	}
 
 	go func() { done <- a.cq.Wait(context.Background()) }()
@@ -352,11 +349,11 @@ func TestVethProgressTakesLink(t *testing.T) {
 	// Nobody polls now: at its second idle tick or so the goroutine
 	// listens again.
 	start := time.Now()
-	for w.rx.Load() != rxWorker && time.Since(start) < 5*time.Second {
+	for w.rx.Load() != rxWorker && time.Since(start) < eventually {
 		time.Sleep(idleTick / 2)
 	}
 	if s := w.rx.Load(); s != rxWorker {
-		t.Errorf("rx state %d 5 s after the pollers stopped, want rxWorker", s)
+		t.Errorf("rx state %d %v after the pollers stopped, want rxWorker", s, eventually)
 	}
 	t.Logf("the goroutine took the link back after %v", time.Since(start).Round(time.Millisecond))
 	goroutineReceives(t, a, b)
@@ -365,43 +362,38 @@ func TestVethProgressTakesLink(t *testing.T) {
 // When the interface under a device goes away, a goroutine in CQ.Wait
 // neither hangs past its context nor spins on the failing socket: it
 // hands the link back and sleeps, and the device counts the link errors.
+// Each link error is followed by a pause of at least a millisecond (the
+// worker goroutine's) or a sleep on the CQ (the waiter's), so however
+// slow the machine there are at most about as many errors as
+// milliseconds; a loop retrying the socket would count far more.
 func TestVethWaiterInterfaceRemoved(t *testing.T) {
 	da, db, _, p := vethPair(t, Config{}, vethOpts{queues: 1})
 	a, _ := rcPair(t, da, db, 64)
+	removed := time.Now()
 	if err := p.A.RemoveInterface(); err != nil {
 		t.Fatal(err)
 	}
 	const wait = 3 * time.Second
-	cpu0 := processCPU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	start := time.Now()
-	err := a.cq.Wait(ctx)
-	took := time.Since(start)
-	cpu := processCPU(t) - cpu0
+	done := make(chan error, 1)
+	go func() { done <- a.cq.Wait(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(wait + eventually):
+		t.Fatalf("Wait on a device whose interface is gone still waits %v after its deadline", eventually)
+	}
 	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait on a device whose interface is gone = %v after %v, want the context's deadline", err, took)
+		t.Fatalf("Wait on a device whose interface is gone = %v, want the context's deadline", err)
 	}
-	if took > wait+time.Second {
-		t.Errorf("Wait returned %v after its deadline", took-wait)
+	n := da.Stats().LinkErrors
+	el := time.Since(removed)
+	if n == 0 {
+		t.Errorf("no link error counted in %v after the interface went away", el)
 	}
-	if n := da.Stats().LinkErrors; n == 0 {
-		t.Errorf("no link error counted in %v after the interface went away", took)
+	if most := uint64(el/time.Millisecond) + 10; n > most {
+		t.Errorf("%d link errors in %v, want at most %d (one per millisecond): something spins on the dead link", n, el, most)
 	}
-	// A goroutine retrying the dead socket would burn a core: about as
-	// much CPU time as wall time.
-	if cpu > took/2 {
-		t.Errorf("the process used %v of CPU in %v of Wait: something spins on the dead link", cpu, took)
-	}
-	t.Logf("Wait %v, CPU %v, link errors %d", took, cpu, da.Stats().LinkErrors)
-}
-
-// processCPU is the process's user and system CPU time so far.
-func processCPU(t *testing.T) time.Duration {
-	t.Helper()
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	t.Logf("%d link errors in %v", n, el)
 }
