@@ -40,7 +40,7 @@ func TestHelperPeerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
 	le, _ := b.qp.LocalEndpoint(5, ConnectOptions{})
 	le.RKey, le.Addr = b.mr.RKey(), b.mr.Addr()
@@ -51,7 +51,8 @@ func TestHelperPeerProcess(t *testing.T) {
 }
 
 // A peer process killed with SIGKILL mid-transfer: its XDP program goes
-// with it, and the requester ends in RETRY_EXC_ERR within its retry budget.
+// with it, and the requester ends in RETRY_EXC_ERR when its retry budget
+// is spent.
 func TestVethPeerKilled(t *testing.T) {
 	p := netns.NewT(t, netns.Config{MTU: 1500, Queues: 2})
 	cmd := p.B.Command(os.Args[0], "-test.run=^TestHelperPeerProcess$", "-test.count=1")
@@ -77,7 +78,7 @@ func TestVethPeerKilled(t *testing.T) {
 	defer da.Close()
 	a := newSide(t, da, RC, 1<<20, nil, nil)
 	var c net.Conn
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(eventually)
 	for {
 		err := p.A.Do(func() (err error) {
 			c, err = net.DialTimeout("tcp", p.B.IP.String()+":18516", time.Second)
@@ -92,7 +93,7 @@ func TestVethPeerKilled(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
 	le, _ := a.qp.LocalEndpoint(9, ConnectOptions{})
 	opts := ConnectOptions{Timeout: 12, RetryCnt: 3} // 16.8 ms × 4
@@ -115,7 +116,7 @@ func TestVethPeerKilled(t *testing.T) {
 	}
 	var killedAt time.Time
 	for {
-		wc := wait(t, a.cq, 10*time.Second)
+		wc := wait(t, a.cq, eventually) // a requester that stopped retrying: a hang
 		if wc.Status == WCSuccess {
 			completed++
 			if completed == 4 && killedAt.IsZero() {
@@ -134,10 +135,11 @@ func TestVethPeerKilled(t *testing.T) {
 		}
 		break
 	}
-	el := time.Since(killedAt)
-	t.Logf("%d writes completed, RETRY_EXC_ERR %v after SIGKILL", completed, el)
-	if el > 3*time.Second {
-		t.Fatalf("RETRY_EXC_ERR %v after the kill, want within the retry budget", el)
+	t.Logf("%d writes completed, RETRY_EXC_ERR %v after SIGKILL", completed, time.Since(killedAt))
+	// The budget was spent: the first try and RetryCnt retries timed
+	// out (how long that took on real time depends on the load).
+	if s := a.qp.Stats(); s.Timeouts < 4 {
+		t.Errorf("RETRY_EXC_ERR after %d timeouts, want at least the first try and 3 retries", s.Timeouts)
 	}
 	if st := a.qp.State(); st != StateErr {
 		t.Fatalf("QP in %v, want ERR", st)
