@@ -207,8 +207,11 @@ func TestSteeringVeth(t *testing.T) {
 	}
 	t.Cleanup(func() { tx.Close() })
 
-	// send sends n datagrams to port and counts how many arrive on c.
-	send := func(c *net.UDPConn, port, n int) int {
+	// send sends n datagrams to port and counts how many arrive on c
+	// within wait: for datagrams that must all arrive, a bound only a
+	// hang reaches; for ones that must not, a short look.
+	const all, none = 30 * time.Second, 300 * time.Millisecond
+	send := func(c *net.UDPConn, port, n int, wait time.Duration) int {
 		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(pair.A.IP, uint16(port)))
 		msg := make([]byte, 64)
 		for i := 0; i < n; i++ {
@@ -219,7 +222,7 @@ func TestSteeringVeth(t *testing.T) {
 		}
 		got := 0
 		buf := make([]byte, 256)
-		deadline := time.Now().Add(300 * time.Millisecond)
+		deadline := time.Now().Add(wait)
 		for got < n {
 			c.SetReadDeadline(deadline)
 			if _, _, err := c.ReadFromUDP(buf); err != nil {
@@ -231,24 +234,24 @@ func TestSteeringVeth(t *testing.T) {
 	}
 	const n = 20
 
-	if got := send(roce, RoCEv2Port, n); got != n {
+	if got := send(roce, RoCEv2Port, n, all); got != n {
 		t.Errorf("empty slot: %d of %d RoCE datagrams reached the kernel, want all (XDP_PASS fallback)", got, n)
 	}
 
 	if err := p.SetSocket(0, xskT(t)); err != nil {
 		t.Fatalf("SetSocket: %v", err)
 	}
-	if got := send(roce, RoCEv2Port, n); got != 0 {
+	if got := send(roce, RoCEv2Port, n, none); got != 0 {
 		t.Errorf("socket in slot: %d of %d RoCE datagrams reached the kernel, want 0 (redirected)", got, n)
 	}
-	if got := send(other, RoCEv2Port+1, n); got != n {
+	if got := send(other, RoCEv2Port+1, n, all); got != n {
 		t.Errorf("socket in slot: %d of %d datagrams to port %d arrived, want all", got, n, RoCEv2Port+1)
 	}
 
 	if err := p.ClearSocket(0); err != nil {
 		t.Fatalf("ClearSocket: %v", err)
 	}
-	if got := send(roce, RoCEv2Port, n); got != n {
+	if got := send(roce, RoCEv2Port, n, all); got != n {
 		t.Errorf("slot cleared: %d of %d RoCE datagrams reached the kernel, want all", got, n)
 	}
 }
