@@ -71,16 +71,22 @@ func TestVethCongestion(t *testing.T) {
 	}
 
 	// Marked: frames are marked, B receives CE and sends CNPs, A receives
-	// them and cuts its rate, several times.
+	// them and cuts its rate, several times, and A sends paced below the
+	// line rate. (Cuts alone need not show in the rate: a sender starved
+	// of CPU between a cut and its next packet finds DCQCN recovered by
+	// then, and is never paced at the cut rate. While it sends, it is.)
 	if err := progs[1].SetMarkCE(0.05); err != nil {
 		t.Fatal(err)
 	}
 	const cuts = 4
-	if !until(func() bool { return a.qp.Stats().RateCuts >= cuts }) {
+	if !until(func() bool {
+		s := a.qp.Stats()
+		return s.RateCuts >= cuts && s.RateLowest > 0 && s.RateLowest < line
+	}) {
 		c, _ := progs[1].Counters()
 		sa, sb := a.qp.Stats(), b.qp.Stats()
-		t.Fatalf("marking for %v: marked %d, B RxCE %d TxCNP %d, A RxCNP %d cuts %d; want CNPs flowing and %d cuts", eventually,
-			c.MarkedCE, sb.RxCE, sb.TxCNP, sa.RxCNP, sa.RateCuts, cuts)
+		t.Fatalf("marking for %v: marked %d, B RxCE %d TxCNP %d, A RxCNP %d cuts %d lowest rate %d; want CNPs flowing, %d cuts, a rate below the line rate",
+			eventually, c.MarkedCE, sb.RxCE, sb.TxCNP, sa.RxCNP, sa.RateCuts, sa.RateLowest, cuts)
 	}
 	if err := progs[1].SetMarkCE(0); err != nil {
 		t.Fatal(err)
@@ -88,11 +94,13 @@ func TestVethCongestion(t *testing.T) {
 	marked := a.qp.Stats()
 
 	// Unmarked again: with no CNPs DCQCN raises the rate back to the line
-	// rate and releases the limiter.
+	// rate and releases the limiter; the CNPs of the frames marked last
+	// reach A.
 	recovered := until(func() bool {
 		r := a.qp.Stats().Rate
 		return r == 0 || r >= line*9/10
 	})
+	until(func() bool { return a.qp.Stats().RxCNP == b.qp.Stats().TxCNP })
 	check()
 	c, _ := progs[1].Counters()
 	sa, sb := a.qp.Stats(), b.qp.Stats()
