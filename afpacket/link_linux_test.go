@@ -347,7 +347,7 @@ func TestWakeup(t *testing.T) {
 		if err != nil {
 			t.Errorf("Receive woken: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("Wakeup did not end Receive(-1)")
 	}
 
@@ -406,7 +406,7 @@ func TestClose(t *testing.T) {
 		if !errors.Is(err, link.ErrClosed) {
 			t.Errorf("waiting Receive after Close: %v, want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("Close did not end Receive(-1)")
 	}
 	if _, err := n.a.Receive(bufs, 0); !errors.Is(err, link.ErrClosed) {
@@ -776,7 +776,7 @@ func TestConcurrentClose(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		select {
 		case <-finished:
-		case <-time.After(5 * time.Second):
+		case <-time.After(eventually):
 			t.Fatal("a goroutine did not finish after Close")
 		}
 	}

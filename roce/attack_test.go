@@ -104,7 +104,7 @@ func (a *arena) noCanary(got []rogue.Answer) {
 
 func (a *arena) state(want QPState) {
 	a.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(eventually)
 	for a.qp.State() != want && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
@@ -137,7 +137,7 @@ func (a *arena) untouched() {
 func (a *arena) waitBytes(off int, want []byte) {
 	a.t.Helper()
 	got := make([]byte, len(want))
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(eventually)
 	for {
 		if _, err := a.mr.ReadAt(got, int64(off)); err != nil {
 			a.t.Fatal(err)

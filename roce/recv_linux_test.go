@@ -61,7 +61,7 @@ func goroutineReceives(t *testing.T, a, b *side) {
 	}
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("no completion: the worker goroutine did not take the link back")
 	}
 	var wc [1]WC
@@ -70,7 +70,7 @@ func goroutineReceives(t *testing.T, a, b *side) {
 	}
 	// The goroutine counts its batch after the round that completed it.
 	after := b.d.Stats()
-	for end := time.Now().Add(5 * time.Second); after.Batches == before.Batches && time.Now().Before(end); after = b.d.Stats() {
+	for end := time.Now().Add(eventually); after.Batches == before.Batches && time.Now().Before(end); after = b.d.Stats() {
 		time.Sleep(time.Millisecond)
 	}
 	if after.WaiterFrames != before.WaiterFrames || after.PolledFrames != before.PolledFrames || after.Batches == before.Batches {
@@ -132,7 +132,7 @@ func TestVethWaitEnds(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Wait after cancel: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("Wait did not return after its context was cancelled")
 	}
 
@@ -150,7 +150,7 @@ func TestVethWaitEnds(t *testing.T) {
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("Wait after Close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("Wait did not return after Close")
 	}
 }

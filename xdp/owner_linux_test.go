@@ -193,7 +193,7 @@ func ownershipRandom(t *testing.T, mtu int, seed uint64) {
 	// Every transmit buffer comes back.
 	bufs := make([][]byte, txFrames)
 	n := 0
-	for deadline := time.Now().Add(5 * time.Second); n < txFrames && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(eventually); n < txFrames && time.Now().Before(deadline); {
 		n += a.Alloc(bufs[n:])
 	}
 	if n != txFrames {

@@ -127,6 +127,10 @@ func ipChecksum(h []byte) uint16 {
 	return ^uint16(sum)
 }
 
+// eventually bounds a real-time wait for what must happen: long enough
+// that only a hang, never a slow machine, reaches it.
+const eventually = 30 * time.Second
+
 // window bounds how many frames a test sender may have ahead of its
 // receiver: AF_XDP has no flow control, and a copy-mode sender on veth can
 // outrun a receiver sharing its CPU, which then drops for want of fill
@@ -159,7 +163,7 @@ func exchangeW(t testing.TB, tx, rx *Socket, src, dst *netns.Host, seq0 uint32, 
 func sendAll(t testing.TB, s *Socket, src, dst *netns.Host, dport uint16, seq0 uint32, sizes []int, acked *atomic.Int64, w int) {
 	t.Helper()
 	bufs := make([][]byte, 32)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(eventually)
 	for i := 0; i < len(sizes); {
 		if time.Now().After(deadline) {
 			t.Fatalf("sent %d of %d frames before the deadline", i, len(sizes))
@@ -196,7 +200,7 @@ func recvCheck(s *Socket, src, dst *netns.Host, seq0 uint32, sizes []int, progre
 	bufs := make([][]byte, 64)
 	want := make([]byte, 16384)
 	got := 0
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(eventually)
 	for got < len(sizes) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("received %d of %d frames before the deadline; stats %+v", got, len(sizes), s.Stats())
@@ -341,7 +345,7 @@ func TestNonRoCEReachesKernel(t *testing.T) {
 	const size = 200
 	sendAll(t, a, p.A, p.B, port, 7, []int{size}, nil, 0)
 	want := buildFrame(make([]byte, size), p.A, p.B, port, 7, size)
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	conn.SetReadDeadline(time.Now().Add(eventually))
 	got := make([]byte, 2048)
 	n, from, err := conn.ReadFromUDP(got)
 	if err != nil {
@@ -562,7 +566,7 @@ func receiveWakeup(t *testing.T, spin time.Duration) {
 		if !errors.Is(err, link.ErrClosed) {
 			t.Fatalf("Receive during Close = %v, want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(eventually):
 		t.Fatal("Receive did not return after Close")
 	}
 	if n, err := s.Receive(bufs, 0); n != 0 || !errors.Is(err, link.ErrClosed) {
@@ -831,7 +835,7 @@ func TestTransmitBeyondRings(t *testing.T) {
 	var seq uint32
 	for range batches {
 		n := 0
-		for deadline := time.Now().Add(5 * time.Second); n < batch; {
+		for deadline := time.Now().Add(eventually); n < batch; {
 			if time.Now().After(deadline) {
 				t.Fatalf("Alloc got %d of %d buffers; stats %+v", n, batch, a.Stats())
 			}
@@ -848,7 +852,7 @@ func TestTransmitBeyondRings(t *testing.T) {
 	// Every buffer comes back once the kernel completes.
 	all := make([][]byte, 128)
 	got := 0
-	for deadline := time.Now().Add(5 * time.Second); got < len(all) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(eventually); got < len(all) && time.Now().Before(deadline); {
 		got += a.Alloc(all[got:])
 	}
 	if got != len(all) {
@@ -1017,8 +1021,8 @@ func TestConcurrentUse(t *testing.T) {
 		if !errors.Is(err, link.ErrClosed) {
 			t.Errorf("owner stopped with %v, want ErrClosed", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("owner still running 10 s after Close")
+	case <-time.After(eventually):
+		t.Fatalf("owner still running %v after Close", eventually)
 	}
 	close(stop)
 	for range 3 {
@@ -1083,7 +1087,7 @@ func TestProgramLoss(t *testing.T) {
 	}
 	sizes := sizesUpTo(200, 1000)
 	sendAll(t, a, p.A, p.B, roceUDPPort, 0, sizes, nil, 0)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(eventually)
 	for {
 		c, err := prog.Counters()
 		if err != nil {
