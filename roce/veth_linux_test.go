@@ -280,7 +280,11 @@ func TestVethBig(t *testing.T) {
 func TestVethPeerVanishes(t *testing.T) {
 	da, db, _ := vethDevices(t, Config{}, vethOpts{})
 	a, b := newSide(t, da, RC, 1<<20, nil, nil), newSide(t, db, RC, 1<<20, nil, nil)
-	connect(t, a, b, ConnectOptions{Timeout: 12, RetryCnt: 3})
+	// A retry budget of 7 × 268 ms: the first WRITE must succeed on a
+	// starved machine too (with 4 × 16.8 ms, a peer that got no CPU for
+	// 67 ms ended it in RETRY_EXC_ERR before the close), and the budget
+	// is still spent soon after the peer has gone.
+	connect(t, a, b, ConnectOptions{Timeout: 16, RetryCnt: 6})
 	for i := range 8 {
 		if err := a.qp.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 1<<20)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
@@ -295,8 +299,8 @@ func TestVethPeerVanishes(t *testing.T) {
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	// The retry budget is 4 × 16.8 ms; a requester that stopped retrying
-	// would leave wait to give up (a hang, not a slow machine).
+	// A requester that stopped retrying would leave wait to give up (a
+	// hang, not a slow machine).
 	start := time.Now()
 	for {
 		wc := wait(t, a.cq, eventually)
