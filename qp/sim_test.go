@@ -386,10 +386,13 @@ func faultsFor(rng *rand.Rand) faults {
 }
 
 // simSeeds gives how many seeds a simulation runs; QP_SIM_SEEDS=n runs n
-// (for long soaks).
+// (for long soaks). Under the race detector a few do (raceEnabled).
 func simSeeds(short, long int) int {
 	if n, err := strconv.Atoi(os.Getenv("QP_SIM_SEEDS")); err == nil && n > 0 {
 		return n
+	}
+	if raceEnabled {
+		return min(short, 3)
 	}
 	if testing.Short() {
 		return short
