@@ -520,29 +520,70 @@ mode_tap() {
 
 # --- xroce: the RoCE half, xroce on the host against rxe in the guest ----------------
 
-# last_ack_lost NAME TOOL_EXIT XROCE_LOG: whether an xloss row failed only
-# the way lossy runs of these tools must sometimes end. netem drops the ACK
-# of xroce's last message; the guest's tool has everything it waits for
-# (it exits 0 only after receiving every message of xroce's, contents
-# checked where the row passes -c), destroys its QP and exits; xroce's
+# last_ack_lost NAME TOOL_EXIT XROCE_LOG W0: whether an xloss row failed only
+# the way lossy runs of these tools must sometimes end (rule last_ack_lost);
+# LAST_ACK_EV then says what the capture shows. netem drops the ACK of
+# xroce's last message; the guest's tool has everything it waits for (it
+# exits 0 only after receiving every message of xroce's, contents checked
+# where the row passes -c), destroys its QP and exits; xroce's
 # retransmissions then reach no QP and its last completion never comes (a
 # real ibv_rc_pingpong in xroce's place would wait the same way). The tool's
-# exit 0 proves the data went through; xroce's only complaint is the
-# missing completion.
+# exit 0 proves the data went through; xroce's only complaint must be the
+# missing completion, and the capture since the row began (W0) must show that
+# race: xroce's last request PSN sent more than once and no ACK of the
+# guest's for it on the wire (last_ack_wire).
 last_ack_lost() {
-	[[ $1 == xloss.* ]] && [ "$2" = 0 ] && [ "$(grep -v '^ *$' "$3" 2>/dev/null | tail -1 | grep -c 'no completion for')" = 1 ]
+	LAST_ACK_EV=""
+	[[ $1 == xloss.* ]] && [ "$2" = 0 ] || return 1
+	[ "$(grep -v '^ *$' "$3" 2>/dev/null | tail -1 | grep -c 'no completion for')" = 1 ] || return 1
+	LAST_ACK_EV=$(last_ack_wire "$4" "$XROCE_PCAP")
 }
-last_ack_note="all data through; the ACK of xroce's last message was lost after rxe's tool had exited (the tools' race at the end of a lossy run)"
+LAST_ACK_NOTE="all data through; the ACK of xroce's last message was lost after rxe's tool had exited (the tools' race at the end of a lossy run)"
+
+# last_ack_wire W0 PCAP: prints what the capture PCAP (the guest's eth0,
+# after netem: rxe's frames that netem dropped are not in it) shows of the
+# end of the row that began at W0 ($EPOCHREALTIME), and succeeds when it
+# shows the last ACK lost: the last RC request of xroce's (198.18.1.1 to the
+# guest, not an ACK, read response or atomic ACK, not QP 1) went to QP Q;
+# Q's highest PSN since W0 (24-bit, counted from Q's first PSN in the row)
+# was sent at least twice, and no ACK, atomic ACK or read response of the
+# guest's carries that PSN. xroce dump lists the packets (times relative to
+# the capture's first frame, whose epoch time tcpdump gives); it reads the
+# capture while tcpdump still writes it (-U), a frame cut at the end is left
+# out.
+last_ack_wire() {
+	local w0=$1 pcap=$2 t1
+	t1=$(tcpdump -r "$pcap" -tt -n -c 1 2>/dev/null | awk '{ print $1; exit }')
+	[ -n "$t1" ] || { echo "no capture $pcap to check"; return 1; }
+	/out/xroce dump -no-summary "$pcap" 2>/dev/null | awk -v r0="$(awk -v a="$w0" -v b="$t1" 'BEGIN { printf "%.6f", a - b }')" '
+		$2 + 0 < r0 { next }
+		{ op = ""; q = ""; p = ""
+		  for (i = 6; i < NF; i++) if ($i == "QP") { op = $(i - 1); q = $(i + 1) } else if ($i == "PSN") { p = $(i + 1) + 0; break } }
+		p == "" || $6 != "RC" { next }
+		$3 == "198.18.1.1" && $5 == "198.18.1.2" && q != "0x000001" && op !~ /ACKNOWLEDGE|RESPONSE/ {
+			if (!(q in base)) base[q] = p
+			d = (p - base[q] + 16777216) % 16777216
+			if (!(q in hid) || d > hid[q]) { hid[q] = d; hi[q] = p }
+			sent[q, p]++; last = q; nreq++
+			next }
+		$3 == "198.18.1.2" && $5 == "198.18.1.1" && op ~ /ACKNOWLEDGE|READ_RESPONSE/ { ans[p]++; nans++ }
+		END {
+			if (last == "") { print "no RC request of xroce\047s in the capture since the row began"; exit 1 }
+			p = hi[last]
+			printf "xroce\047s last request (QP %s PSN %d, 0x%06x) is on the wire %d times and the guest\047s ACK of it %d times (%d requests of xroce\047s, %d ACKs and responses of the guest\047s since the row began)", last, p, p, sent[last, p], ans[p] + 0, nreq, nans + 0
+			exit !(sent[last, p] >= 2 && !ans[p]) }'
+}
 
 # vs_host NAME TIMEOUT GUEST_SERVER... -- HOST_CLIENT...: a tool's server in
 # the guest, the host's xroce as its client (HOST_CLIENT are xroce's arguments).
 vs_host_client() { rowrun _vs_host_client "$@"; }
 _vs_host_client() {
-	local name=$1 to=$2 t0 srv=() spid src hrc
+	local name=$1 to=$2 t0 w0 srv=() spid src hrc
 	shift 2
 	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
 	shift
 	t0=$(now)
+	w0=$EPOCHREALTIME
 	timeout -s KILL "$to" stdbuf -oL "${srv[@]}" >"/out/logs/$name.guest-server.txt" 2>&1 &
 	spid=$!
 	if wait_listen 18515 && host_start "$name.host-client" "$to" xroce "$@"; then
@@ -558,10 +599,10 @@ _vs_host_client() {
 	src=$?
 	if [ "$src" = 0 ] && [ "$hrc" = 0 ]; then
 		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-server.txt"); xroce: $(detail "/out/logs/$name.host-client.txt")"
-	elif last_ack_lost "$name" "$src" "/out/logs/$name.host-client.txt"; then
-		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-server.txt"); $last_ack_note"
+	elif last_ack_lost "$name" "$src" "/out/logs/$name.host-client.txt" "$w0"; then
+		result "$name" PASS "$t0" "by rule last_ack_lost: rxe: $(detail "/out/logs/$name.guest-server.txt"); $LAST_ACK_NOTE; $LAST_ACK_EV"
 	else
-		result "$name" FAIL "$t0" "rxe server exit $src, xroce client exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-client.txt" 2>/dev/null | tail -1 | cut -c1-100)"
+		result "$name" FAIL "$t0" "rxe server exit $src, xroce client exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-client.txt" 2>/dev/null | tail -1 | cut -c1-100)${LAST_ACK_EV:+; not the lost last ACK: $LAST_ACK_EV}"
 	fi
 }
 
@@ -569,11 +610,12 @@ _vs_host_client() {
 # server on the host, a tool's client in the guest.
 vs_host_server() { rowrun _vs_host_server "$@"; }
 _vs_host_server() {
-	local name=$1 to=$2 t0 cli=() crc hrc
+	local name=$1 to=$2 t0 w0 cli=() crc hrc
 	shift 2
 	while [ "$1" != "--" ]; do cli+=("$1"); shift; done
 	shift
 	t0=$(now)
+	w0=$EPOCHREALTIME
 	[ "${XROCE_RXE_TRACE:-0}" = 1 ] && echo >/sys/kernel/tracing/trace
 	if host_start "$name.host-server" "$to" xroce "$@"; then
 		crc=$(client_vs_host "$name.host-server" "/out/logs/$name.guest-client.txt" "$to" "${cli[@]}")
@@ -583,10 +625,10 @@ _vs_host_server() {
 	fi
 	if [ "$crc" = 0 ] && [ "$hrc" = 0 ]; then
 		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-client.txt"); xroce: $(detail "/out/logs/$name.host-server.txt")"
-	elif last_ack_lost "$name" "$crc" "/out/logs/$name.host-server.txt"; then
-		result "$name" PASS "$t0" "rxe: $(detail "/out/logs/$name.guest-client.txt"); $last_ack_note"
+	elif last_ack_lost "$name" "$crc" "/out/logs/$name.host-server.txt" "$w0"; then
+		result "$name" PASS "$t0" "by rule last_ack_lost: rxe: $(detail "/out/logs/$name.guest-client.txt"); $LAST_ACK_NOTE; $LAST_ACK_EV"
 	else
-		result "$name" FAIL "$t0" "rxe client exit $crc, xroce server exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-server.txt" 2>/dev/null | tail -1 | cut -c1-100)"
+		result "$name" FAIL "$t0" "rxe client exit $crc, xroce server exit $hrc: $(grep -v '^ *$' "/out/logs/$name.host-server.txt" 2>/dev/null | tail -1 | cut -c1-100)${LAST_ACK_EV:+; not the lost last ACK: $LAST_ACK_EV}"
 	fi
 }
 
@@ -605,7 +647,11 @@ xroce_suite() {
 		touch "/out/pcap/$p.skipped"
 		return 1
 	fi
-	tcpdump -i eth0 -s 0 -B 65536 -w "/tmp/$p.pcap" udp port 4791 2>"/out/logs/$p.tcpdump.txt" &
+	# Under loss -U: each frame is written at once, so that last_ack_wire
+	# can read the capture of a row that has just ended.
+	XROCE_PCAP=/tmp/$p.pcap
+	# shellcheck disable=SC2046 # no word or one
+	tcpdump $([ "$lossy" = 1 ] && echo -U) -i eth0 -s 0 -B 65536 -w "$XROCE_PCAP" udp port 4791 2>"/out/logs/$p.tcpdump.txt" &
 	TCPDUMP=$!
 	for _ in $(seq 50); do grep -q 'listening on' "/out/logs/$p.tcpdump.txt" && break; sleep 0.1; done
 	local to=${XROCE_TIMEOUT:-120}
