@@ -1132,7 +1132,7 @@ _cm_row() {
 	[ $tries -gt 1 ] && moves="$((tries - 1)) refused, run again; $moves"
 	local race=""
 	if [ -n "$why" ] && [ "${CM_LOSSY:-0}" = 1 ] && race=$(cm_race "$role" "${tool[0]}" "$rlog" "$xlog" "$moves" "$chk"); then
-		why="" detail="passes as a race of the tools under loss: $race; rxe CM: $moves"
+		why="" detail="by rule cm_race: $race; rxe CM: $moves"
 	fi
 	if [ -n "$race" ]; then
 		st=PASS
