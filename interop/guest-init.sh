@@ -1344,9 +1344,10 @@ rs_rows() {
 # copy's MD5 is the source's.
 rs_rcopy_row() { rowrun _rs_rcopy_row "$@"; }
 _rs_rcopy_row() {
-	local name=$1 role=$2 to=${XROCE_TIMEOUT:-120} t0 w0 src=/out/$1.src dst gpid grc hrc why="" st
+	local name=$1 role=$2 to=${XROCE_TIMEOUT:-120} t0 w0 src=/out/$1.src dst gpid grc hrc why="" st moves
 	t0=$(now)
 	w0=$EPOCHREALTIME
+	cm_counters >/tmp/cm.counters0
 	cm_has rcopy || { result "$name" SKIP "$t0" "this xroce has no rcopy"; return; }
 	head -c $((3 * 1024 * 1024 + 5)) /dev/urandom >"$src"
 	if [ "$role" = xroce_client ]; then
@@ -1391,8 +1392,13 @@ _rs_rcopy_row() {
 		st=FAIL
 		result "$name" FAIL "$t0" "$why"
 	fi
-	# The row's window, for the host's check of its CM MADs (one connection).
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 1 "" "" >>/out/cm-windows.tsv
+	# The row's window and what rxe's CM sent and received in it, for the
+	# host's check of its CM MADs (one connection): under loss, an RTU or
+	# DREP of rxe's that netem dropped is missing from the capture, and
+	# only the counters tell that rxe sent it.
+	cm_counters >/tmp/cm.counters1
+	moves=$(cm_counter_moves /tmp/cm.counters0 /tmp/cm.counters1)
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 1 "$moves" "" >>/out/cm-windows.tsv
 	rm -f "$src" "$dst"
 }
 
@@ -1409,9 +1415,10 @@ _rs_rcopy_row() {
 # of which rdma-core 44's preload answers for an rsocket.
 rs_http_row() { rowrun _rs_http_row "$@"; }
 _rs_http_row() {
-	local name=$1 to=${XROCE_TIMEOUT:-120} t0 w0 why="" hrc st n l1=/out/logs/$1.hello.txt l2=/out/logs/$1.lines.txt
+	local name=$1 to=${XROCE_TIMEOUT:-120} t0 w0 why="" hrc st n l1=/out/logs/$1.hello.txt l2=/out/logs/$1.lines.txt moves
 	t0=$(now)
 	w0=$EPOCHREALTIME
+	cm_counters >/tmp/cm.counters0
 	if ! cm_host_start "$name.host-server" "$to" rshttp -d tap0 -listen "$CM_XROCE:8080" -requests 2 -timeout "${to}s"; then
 		why="the host did not start rshttp"
 	else
@@ -1440,7 +1447,10 @@ _rs_http_row() {
 		st=FAIL
 		result "$name" FAIL "$t0" "$why"
 	fi
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 2 "" "" >>/out/cm-windows.tsv
+	# As rs_rcopy_row: rxe's CM counters for the host's check (two connections).
+	cm_counters >/tmp/cm.counters1
+	moves=$(cm_counter_moves /tmp/cm.counters0 /tmp/cm.counters1)
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$w0" "$EPOCHREALTIME" "$st" 2 "$moves" "" >>/out/cm-windows.tsv
 }
 
 # cm_rows PREFIX LOSSY: the rows of the cm mode, named PREFIX.*.
