@@ -256,6 +256,8 @@ func TestLabBinary(t *testing.T) {
 	}
 	cmd = exec.Command(bin, "lab", "--duration", "1m", "--pcap", "", "--stat-dir", "")
 	cmd.Stdout = &stdout
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +266,7 @@ func TestLabBinary(t *testing.T) {
 	select {
 	case <-sig:
 	case err := <-exited:
-		t.Fatalf("xroce lab ended (%v) before its measure phase:\n%s", err, stdout.String())
+		t.Fatalf("xroce lab ended (%v) before its measure phase:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		<-exited

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bpf"
-	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -243,66 +242,8 @@ func (r *labRun) lossTable(before, after lossCounters) {
 	r.res.lossRetrans = rows[6].a + rows[6].b
 }
 
-// drawFirstNAK draws the first PSN sequence NAK of the loss phase: the
-// request it names as lost (the last one sent with that PSN before it), the
-// NAK and the go-back-N retransmission that follows.
+// drawFirstNAK draws the first PSN sequence NAK of the loss phase
+// (drawFirstNAK in lab_trace.go).
 func (r *labRun) drawFirstNAK(kept []traceFrame) {
-	var f bth.Frame
-	for i, k := range kept {
-		if f.Decode(k.data) != nil || f.AETH == nil || f.AETH.Syndrome() != bth.NakPSNSeqError {
-			continue
-		}
-		psn, src := f.BTH.PSN(), f.DstIP() // the lost request went the other way
-		lost := -1
-		for j := i - 1; j >= 0; j-- {
-			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
-				lost = j
-				break
-			}
-		}
-		fmt.Fprintf(r.out, "\n  the first NAK: B saw PSN %d missing (X: it never reached B); A goes back to it:\n", psn)
-		d := newDiagram(r.out, r.a.h.IP, r.b.h.IP)
-		from := max(i-3, 0)
-		if lost >= 0 {
-			from = max(lost-2, 0)
-			d.t0 = kept[from].t
-			for j := from; j <= min(lost+2, i-1); j++ {
-				if j == lost {
-					d.lost(kept[j])
-				} else {
-					d.frame(kept[j])
-				}
-			}
-			from = max(lost+3, i-3)
-			d.skip(from - (lost + 3))
-		} else {
-			d.t0 = kept[from].t
-		}
-		// The NAK, then the first retransmission of the lost PSN.
-		again := -1
-		for j := i + 1; j < len(kept); j++ {
-			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
-				again = j
-				break
-			}
-		}
-		if again < 0 {
-			for _, k := range kept[from:min(i+6, len(kept))] {
-				d.frame(k)
-			}
-			return
-		}
-		upto := min(i+2, again)
-		for _, k := range kept[from:upto] {
-			d.frame(k)
-		}
-		d.skip(again - upto)
-		for _, k := range kept[again:min(again+4, len(kept))] {
-			d.frame(k)
-		}
-		return
-	}
-	if len(kept) > 0 {
-		fmt.Fprintln(r.out, "\n  no PSN sequence NAK among the frames kept: the losses were recovered by ACK timeouts")
-	}
+	drawFirstNAK(r.out, r.a.h.IP, r.b.h.IP, kept)
 }

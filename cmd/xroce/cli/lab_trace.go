@@ -150,3 +150,71 @@ func describeCM(f *bth.Frame) string {
 	}
 	return "CM " + m.AttrID().String()
 }
+
+// drawFirstNAK draws the first PSN sequence NAK among kept, frames
+// between a and b: the request it names as lost (the last one sent with
+// that PSN before it), the NAK and the go-back-N retransmission that
+// follows.
+func drawFirstNAK(w io.Writer, a, b netip.Addr, kept []traceFrame) {
+	var f bth.Frame
+	for i, k := range kept {
+		if f.Decode(k.data) != nil || f.AETH == nil || f.AETH.Syndrome() != bth.NakPSNSeqError {
+			continue
+		}
+		psn, src := f.BTH.PSN(), f.DstIP() // the lost request went the other way
+		lost := -1
+		for j := i - 1; j >= 0; j-- {
+			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
+				lost = j
+				break
+			}
+		}
+		fmt.Fprintf(w, "\n  the first NAK: B saw PSN %d missing (X: it never reached B); A goes back to it:\n", psn)
+		d := newDiagram(w, a, b)
+		from := max(i-3, 0)
+		if lost >= 0 {
+			from = max(lost-2, 0)
+			d.t0 = kept[from].t
+			last := min(lost+2, i-1) // the last frame drawn around the lost one
+			for j := from; j <= last; j++ {
+				if j == lost {
+					d.lost(kept[j])
+				} else {
+					d.frame(kept[j])
+				}
+			}
+			// Then from the third frame before the NAK, or on at once:
+			// never past the NAK (the lost frame may be the one before it).
+			from = max(last+1, i-3)
+			d.skip(from - (last + 1))
+		} else {
+			d.t0 = kept[from].t
+		}
+		// The NAK, then the first retransmission of the lost PSN.
+		again := -1
+		for j := i + 1; j < len(kept); j++ {
+			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
+				again = j
+				break
+			}
+		}
+		if again < 0 {
+			for _, k := range kept[from:min(i+6, len(kept))] {
+				d.frame(k)
+			}
+			return
+		}
+		upto := min(i+2, again)
+		for _, k := range kept[from:upto] {
+			d.frame(k)
+		}
+		d.skip(again - upto)
+		for _, k := range kept[again:min(again+4, len(kept))] {
+			d.frame(k)
+		}
+		return
+	}
+	if len(kept) > 0 {
+		fmt.Fprintln(w, "\n  no PSN sequence NAK among the frames kept: the losses were recovered by ACK timeouts")
+	}
+}
