@@ -1744,6 +1744,168 @@ _cm_madloss_row() {
 	cm_loss_off
 }
 
+# --- cmloss.teardown: rdma_cm's teardown against rxe, case by case ---
+# The rows run after the madloss rows, with no random loss, each with its
+# own MAD filters (cm_mad_drop). Each check writes what it saw (counts and
+# times from the capture, rxe's CM counters, the filters') to
+# /tmp/cm-td.obs, which the row's detail shows (cm_td_note), pass or fail.
+
+# cm_wire_times FILTER: the times of the frames of the capture matching the
+# BPF FILTER since the row began (w0), in seconds since w0, one a line.
+cm_wire_times() {
+	tcpdump -r "$CM_PCAP" -tt -n "$1" 2>/dev/null | awk -v t="$w0" '$1 >= t { printf "%.3f\n", $1 - t }'
+}
+# CM_TD_MAD: the BPF filter of a CM MAD; append an attribute ID ("0x15").
+CM_TD_MAD='udp[12:4] & 0xffffff = 1 and udp[28] = 1 and udp[29] = 7 and udp[44:2] ='
+# cm_td_note: the observations of the row's check, and the filters' counts.
+cm_td_note() {
+	[ -s /tmp/cm-td.obs ] && printf '%s; ' "$(cat /tmp/cm-td.obs)"
+	cm_mad_note
+}
+# cm_td_obs TEXT: one observation, for the row's detail.
+cm_td_obs() { printf '%s; ' "$*" >>/tmp/cm-td.obs; }
+
+# cm_td_row NAME XROCE_TYPES RXE_TYPES ROLE PORT CHECK GUEST_TOOL... -- XROCE_ARGS...:
+# a cm_row with fresh MAD filters dropping the odd XROCE_TYPES MADs of
+# xroce's and the odd RXE_TYPES of rxe's ("" for none); the filters' counts
+# go to logs/NAME.filters.txt.
+cm_td_row() { rowrun _cm_td_row "$@"; }
+_cm_td_row() {
+	local name=$1 xt=$2 rt=$3 role=$4 port=$5 chk=$6
+	shift 6
+	cm_loss_off
+	tc qdisc replace dev eth0 clsact
+	# shellcheck disable=SC2086 # the types are words
+	[ -n "$xt" ] && cm_mad_drop ingress $xt
+	# shellcheck disable=SC2086
+	[ -n "$rt" ] && cm_mad_drop egress $rt
+	rm -f /tmp/cm-td.obs
+	CM_NOTE=cm_td_note _cm_row "$name" "$role" 1 "$port" "$chk" "$@"
+	{ cm_mad_stats ingress | sed 's/^/xroce /'; cm_mad_stats egress | sed 's/^/rxe /'; } >"/out/logs/$name.filters.txt"
+	cm_loss_off
+}
+
+# cm_teardown_rows PREFIX: one row per case of the teardown (cm/doc.go,
+# "The binding"), each checked on what fails the kernel's way of it:
+#   - peer_dreq: the peer's DREQ leaves the QP alone until the application
+#     disconnects, so what the peer sent before it all arrives. rstream's
+#     server (rxe) sends the last transfers and closes at once (rclose:
+#     CTRL DISCONNECT, QP to ERR, rdma_destroy_id's DREQ); xroce's client
+#     must read and verify every byte, and xroce's DREP follows rxe's DREQ.
+#     (Every rdma-core tool waits for its sends' completions, the ACKs,
+#     before it disconnects, so the data is in xroce's CQ, not on the wire,
+#     when the DREQ comes; ucmatose's client, which does not wait, never
+#     sends the first DREQ.)
+#   - drep_lost: xroce's first DREP is dropped. ucmatose's server (rxe)
+#     disconnects first with rdma_disconnect and waits for DISCONNECTED;
+#     xroce's client answers, exits, and its Agent.Close still answers the
+#     resent DREQ, so rxe's ucmatose ends right after its first resend
+#     rather than after all 15 (16 s).
+#   - rtu_lost: rxe's RTU is dropped (rping, rxe active); xroce's REP is
+#     sent once, and rping's first SEND establishes xroce's side at once
+#     (COMM_EST): its RDMA READ follows the SEND, not the REP's time-out.
+cm_teardown_rows() {
+	local p=$1 R=$CM_RXE X=$CM_XROCE a
+	if cm_has rstream; then
+		a=(-S 1000000 -C 2 -I 1 -T v)
+		cm_td_row "$p.teardown.peer_dreq.rstream.xroce_client" "" "" xroce_client 7471 cm_chk_td_peer \
+			rstream -b $R "${a[@]}" -- rstream -s $R "${a[@]}"
+	else
+		result "$p.teardown.peer_dreq" SKIP "$(now)" "this xroce has no rstream"
+	fi
+	if cm_has ucmatose; then
+		# The wrapper says when ucmatose ended, on the capture's clock.
+		# shellcheck disable=SC2016 # the wrapper's script
+		cm_td_row "$p.teardown.drep_lost.ucmatose.xroce_client" DREP "" xroce_client 7471 cm_chk_td_drep \
+			bash -c '"$@"; r=$?; echo "cm_td: exit $r at $EPOCHREALTIME"; exit $r' cm_td ucmatose -b $R -- ucmatose -s $R
+	else
+		result "$p.teardown.drep_lost" SKIP "$(now)" "this xroce has no ucmatose"
+	fi
+	if cm_has rping; then
+		cm_td_row "$p.teardown.rtu_lost.rping.xroce_server" "" RTU xroce_server 7174 "cm_chk_td_rtu 64 10" \
+			rping -c -v -V -S 64 -C 10 -a $X -- rping -s -v -V -S 64 -a $X
+	else
+		result "$p.teardown.rtu_lost" SKIP "$(now)" "this xroce has no rping"
+	fi
+}
+
+# cm_chk_td_peer CLIENT_LOG SERVER_LOG (xroce's rstream client, rxe's
+# server): rstream's check, then from the capture: rxe's DREQ came first
+# (no DREQ of xroce's before it), after rxe's last data frame, and xroce
+# answered it with a DREP.
+cm_chk_td_peer() {
+	local dq xq dp ld
+	cm_chk_rstream "$@"
+	dq=$(cm_wire_times "src host $CM_RXE and $CM_TD_MAD 0x15" | head -1)
+	xq=$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x15" | head -1)
+	dp=$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x16" | head -1)
+	if [ -z "$dq" ]; then
+		cm_td_obs "no DREQ of rxe's on the wire, xroce's at ${xq:-none} s"
+		echo "rxe's rstream server sent no DREQ: the peer's DREQ was not tested"
+		return
+	fi
+	# rxe's last frame to xroce's data QP (no ACK, no MAD) before its DREQ.
+	ld=$(cm_wire_times "src host $CM_RXE and udp[8] != 17 and udp[12:4] & 0xffffff != 1" | awk -v d="$dq" '$1 <= d { l = $1 } END { print l }')
+	cm_td_obs "rxe's DREQ at ${dq} s, $(awk -v a="$ld" -v b="$dq" 'BEGIN { printf "%.3f", b - a }') s after its last data frame; xroce's DREP at ${dp:-none}, DREQ at ${xq:-none}"
+	if [ -n "$xq" ] && awk -v a="$xq" -v b="$dq" 'BEGIN { exit !(a < b) }'; then
+		echo "xroce sent its DREQ (${xq} s) before rxe's (${dq} s): the peer's DREQ was not tested"
+	fi
+	[ -n "$dp" ] || echo "xroce never answered rxe's DREQ with a DREP"
+}
+
+# cm_chk_td_drep CLIENT_LOG SERVER_LOG (xroce's ucmatose client, rxe's
+# server): ucmatose's check; rxe's DREQ twice on the wire (the first
+# answered by the DREP the filter dropped), xroce's DREP twice (the
+# capture sees xroce's frames before the filter), the filter matched 2 and
+# dropped 1, rxe counted one DREQ retry; and ucmatose (rxe) exited within
+# its resend interval plus a margin of its first DREQ, at most 1.5 s after
+# the resend.
+cm_chk_td_drep() {
+	local dq dp te iv st hit drop
+	cm_chk_ucmatose "$@"
+	read -r -a dq <<<"$(cm_wire_times "src host $CM_RXE and $CM_TD_MAD 0x15" | paste -sd' ')"
+	read -r -a dp <<<"$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x16" | paste -sd' ')"
+	te=$(awk -v t="$w0" '/^cm_td: exit 0 at / { printf "%.3f", $5 - t }' "$2")
+	read -r _ hit drop < <(cm_mad_stats ingress | grep '^DREP ')
+	cm_td_obs "rxe's DREQ at ${dq[*]:-none} s, xroce's DREP at ${dp[*]:-none} s (filter: ${drop:-0} of ${hit:-0} dropped), ucmatose's exit at ${te:-none} s"
+	[ "${#dq[@]}" = 2 ] || echo "rxe sent its DREQ ${#dq[@]} times, want 2 (the first's DREP lost, the resend answered)"
+	[ "${#dp[@]}" = 2 ] || echo "xroce sent its DREP ${#dp[@]} times, want 2"
+	[ "${hit:-0}" = 2 ] && [ "${drop:-0}" = 1 ] || echo "the DREP filter matched ${hit:-0} and dropped ${drop:-0}, want 2 and 1"
+	[[ $moves =~ retries[^\;]*\ dreq\ 1($|[\;\ ]) ]] || echo "rxe's CM counted no single DREQ retry: $moves"
+	[ -n "$te" ] || { echo "ucmatose's exit time is not in its log"; return; }
+	[ "${#dq[@]}" -ge 2 ] || return
+	iv=$(awk -v a="${dq[0]}" -v b="${dq[1]}" 'BEGIN { printf "%.3f", b - a }')
+	st=$(awk -v a="${dq[0]}" -v b="${dq[1]}" -v e="$te" -v i="$iv" 'BEGIN {
+		if (e - b > 1.5) printf "ucmatose exited %.3f s after rxe'\''s resent DREQ, want at most 1.5 s", e - b
+		else if (e - a > i + 1.5) printf "ucmatose exited %.3f s after its first DREQ, want at most the resend interval %.3f s + 1.5", e - a, i }')
+	cm_td_obs "resend interval ${iv} s; ucmatose ended $(awk -v a="${dq[0]}" -v e="$te" 'BEGIN { printf "%.3f", e - a }') s after its first DREQ (all 15 resends: $(awk -v i="$iv" 'BEGIN { printf "%.1f", 15 * i }') s)"
+	[ -z "$st" ] || echo "$st"
+}
+
+# cm_chk_td_rtu SIZE COUNT CLIENT_LOG SERVER_LOG (rxe's rping client,
+# xroce's server): rping's check; rxe sent one RTU and the filter dropped
+# it (nothing resends an RTU unless the REP comes again), xroce's REP is on
+# the wire once and rxe received one REP (its counters: no duplicate);
+# xroce's first RDMA READ follows rxe's first SEND within 0.5 s (COMM_EST),
+# not the REP's time-out.
+cm_chk_td_rtu() {
+	local rep snd rd hit drop d
+	cm_chk_rping "$@"
+	read -r -a rep <<<"$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x13" | paste -sd' ')"
+	read -r _ hit drop < <(cm_mad_stats egress | grep '^RTU ')
+	snd=$(cm_wire_times "src host $CM_RXE and udp[8] = 4 and udp[12:4] & 0xffffff != 1" | head -1)
+	rd=$(cm_wire_times "src host $CM_XROCE and udp[8] = 12" | head -1)
+	d=$(awk -v a="$snd" -v b="$rd" 'BEGIN { if (a != "" && b != "") printf "%.3f", b - a }')
+	cm_td_obs "xroce's REP at ${rep[*]:-none} s, rxe's RTU dropped ${drop:-0} of ${hit:-0}, rxe's first SEND at ${snd:-none} s, xroce's first READ at ${rd:-none} s (${d:-?} s later)"
+	[ "${#rep[@]}" = 1 ] || echo "xroce sent its REP ${#rep[@]} times, want 1"
+	[ "${hit:-0}" = 1 ] && [ "${drop:-0}" = 1 ] || echo "the RTU filter matched ${hit:-0} and dropped ${drop:-0}, want 1 and 1"
+	[[ $moves =~ (^|\; )rx[^\;]*\ rep\ 1($|[\;\ ]) ]] || echo "rxe's CM did not receive one REP: $moves"
+	[[ $moves =~ (^|\; )dup[^\;]*\ rep\  ]] && echo "rxe's CM received a duplicate REP: $moves"
+	[ -n "$d" ] || { echo "no SEND of rxe's or no READ of xroce's on the wire"; return; }
+	awk -v d="$d" 'BEGIN { exit !(d > 0.5) }' && echo "xroce's READ came ${d} s after rxe's first SEND, want at most 0.5 s (COMM_EST at the first packet, not at the REP's time-out)"
+	return 0
+}
+
 # mode_cmloss: mode_cm's rows with 1% of the frames lost both ways, then the
 # madloss rows.
 mode_cmloss() {
@@ -1765,6 +1927,7 @@ mode_cmloss() {
 cm_madloss_rows_stats() {
 	cm_loss_stats >"/out/logs/$1.loss-stats.txt" 2>&1
 	cm_madloss_rows "$1"
+	cm_teardown_rows "$1"
 }
 
 # --- conform: xroce conform against rxe's transport, rule by rule ---------------------
