@@ -1750,13 +1750,31 @@ _cm_madloss_row() {
 # times from the capture, rxe's CM counters, the filters') to
 # /tmp/cm-td.obs, which the row's detail shows (cm_td_note), pass or fail.
 
-# cm_wire_times FILTER: the times of the frames of the capture matching the
-# BPF FILTER since the row began (w0), in seconds since w0, one a line.
-cm_wire_times() {
-	tcpdump -r "$CM_PCAP" -tt -n "$1" 2>/dev/null | awk -v t="$w0" '$1 >= t { printf "%.3f\n", $1 - t }'
+# cm_td_scan: reads the capture once (each tcpdump costs seconds in the
+# emulated guest) and fills CM_TD[WHO.KEY] with the times of the row's
+# frames, in seconds since it began (w0), space-separated: WHO is rxe or
+# xroce (the sender), KEY "mad.ATTR" for a CM MAD (xroce.mad.0016: xroce's
+# DREPs) or the BTH opcode in decimal for the rest (rxe.4: rxe's SEND
+# only, 12 READ request, 17 ACK). Only MADs and those opcodes are read.
+declare -A CM_TD
+cm_td_scan() {
+	local t who k
+	CM_TD=()
+	while read -r t who k; do
+		CM_TD[$who.$k]+="${CM_TD[$who.$k]:+ }$t"
+	done < <(tcpdump -r "$CM_PCAP" -tt -n -x 'udp port 4791 and (udp[12:4] & 0xffffff = 1 or udp[8] = 4 or udp[8] = 12 or udp[8] = 17)' 2>/dev/null |
+		awk -v t0="$w0" -v x="$CM_XROCE." '
+			function hex(s,   i, v) { v = 0; for (i = 1; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1; return v }
+			# h: the frame from its IP header, in hex; IPv4 is 20
+			# bytes, so udp[N] is byte 20 + N: the opcode byte 28,
+			# DestQP 33-35, a MAD attribute ID 64-65.
+			function out() { if (tm == "" || tm + 0 < t0 + 0) return
+				k = substr(h, 67, 6) == "000001" ? "mad." substr(h, 129, 4) : hex(substr(h, 57, 2))
+				printf "%.3f %s %s\n", tm - t0, who, k }
+			/^[0-9]/ { out(); tm = $1; who = index($3, x) == 1 ? "xroce" : "rxe"; h = ""; n = 0; next }
+			n++ < 5 { for (i = 2; i <= NF; i++) h = h $i }
+			END { out() }')
 }
-# CM_TD_MAD: the BPF filter of a CM MAD; append an attribute ID ("0x15").
-CM_TD_MAD='udp[12:4] & 0xffffff = 1 and udp[28] = 1 and udp[29] = 7 and udp[44:2] ='
 # cm_td_note: the observations of the row's check, and the filters' counts.
 cm_td_note() {
 	[ -s /tmp/cm-td.obs ] && printf '%s; ' "$(cat /tmp/cm-td.obs)"
@@ -1836,22 +1854,23 @@ cm_teardown_rows() {
 # DREQ once, after them and after its ACK of xroce's last reply; no DREQ
 # of xroce's; xroce's DREP once, after rxe's DREQ.
 cm_chk_td_peer() {
-	local dq xq dp sn la
+	local dq xq dp sn ns la
 	cm_chk_ucmatose "$@"
-	read -r -a dq <<<"$(cm_wire_times "src host $CM_RXE and $CM_TD_MAD 0x15" | paste -sd' ')"
-	read -r -a xq <<<"$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x15" | paste -sd' ')"
-	read -r -a dp <<<"$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x16" | paste -sd' ')"
-	# rxe's SENDs (opcode 4, not to QP 1) and its last ACK (17).
-	sn=$(cm_wire_times "src host $CM_RXE and udp[8] = 4 and udp[12:4] & 0xffffff != 1" | awk '{ n++; l = $1 } END { print n + 0, l }')
-	la=$(cm_wire_times "src host $CM_RXE and udp[8] = 17" | tail -1)
-	cm_td_obs "rxe's SENDs ${sn% *} (the last at ${sn#* } s), its last ACK at ${la:-none} s, its DREQ at ${dq[*]:-none} s; xroce's DREP at ${dp[*]:-none} s, its DREQ at ${xq[*]:-none}"
+	cm_td_scan
+	read -r -a dq <<<"${CM_TD[rxe.mad.0015]}"
+	read -r -a xq <<<"${CM_TD[xroce.mad.0015]}"
+	read -r -a dp <<<"${CM_TD[xroce.mad.0016]}"
+	# rxe's SENDs and its last ACK.
+	read -r -a sn <<<"${CM_TD[rxe.4]}"
+	ns="${#sn[@]} ${CM_TD[rxe.4]##* }" la=${CM_TD[rxe.17]##* }
+	cm_td_obs "rxe's SENDs ${ns% *} (the last at ${ns#* } s), its last ACK at ${la:-none} s, its DREQ at ${dq[*]:-none} s; xroce's DREP at ${dp[*]:-none} s, its DREQ at ${xq[*]:-none}"
 	# (rxe's retransmit timer may fire early: a SEND twice.)
-	[ "${sn% *}" -ge 100 ] || echo "rxe sent ${sn% *} SENDs, want 100"
+	[ "${ns% *}" -ge 100 ] || echo "rxe sent ${ns% *} SENDs, want 100"
 	[ "${#dq[@]}" = 1 ] || echo "rxe sent its DREQ ${#dq[@]} times, want 1"
 	[ "${#xq[@]}" = 0 ] || echo "xroce sent a DREQ (at ${xq[*]} s): the peer's DREQ was not tested alone"
 	[ "${#dp[@]}" = 1 ] || echo "xroce sent its DREP ${#dp[@]} times, want 1"
 	[ "${#dq[@]}" -ge 1 ] && [ "${#dp[@]}" -ge 1 ] || return 0
-	awk -v q="${dq[0]}" -v p="${dp[0]}" -v s="${sn#* }" -v a="${la:-0}" 'BEGIN {
+	awk -v q="${dq[0]}" -v p="${dp[0]}" -v s="${ns#* }" -v a="${la:-0}" 'BEGIN {
 		if (p < q) printf "xroce'\''s DREP (%s s) came before rxe'\''s DREQ (%s s)\n", p, q
 		if (q < s || q < a) printf "rxe'\''s DREQ (%s s) came before its last SEND (%s s) or ACK (%s s)\n", q, s, a }'
 }
@@ -1866,8 +1885,9 @@ cm_chk_td_peer() {
 cm_chk_td_drep() {
 	local dq dp te iv st hit drop
 	cm_chk_ucmatose "$@"
-	read -r -a dq <<<"$(cm_wire_times "src host $CM_RXE and $CM_TD_MAD 0x15" | paste -sd' ')"
-	read -r -a dp <<<"$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x16" | paste -sd' ')"
+	cm_td_scan
+	read -r -a dq <<<"${CM_TD[rxe.mad.0015]}"
+	read -r -a dp <<<"${CM_TD[xroce.mad.0016]}"
 	te=$(awk -v t="$w0" '/^cm_td: exit 0 at / { printf "%.3f", $5 - t }' "$2")
 	read -r _ hit drop < <(cm_mad_stats ingress | grep '^DREP ')
 	cm_td_obs "rxe's DREQ at ${dq[*]:-none} s, xroce's DREP at ${dp[*]:-none} s (filter: ${drop:-0} of ${hit:-0} dropped), ucmatose's exit at ${te:-none} s"
@@ -1894,10 +1914,10 @@ cm_chk_td_drep() {
 cm_chk_td_rtu() {
 	local rep snd rd hit drop d
 	cm_chk_rping "$@"
-	read -r -a rep <<<"$(cm_wire_times "src host $CM_XROCE and $CM_TD_MAD 0x13" | paste -sd' ')"
+	cm_td_scan
+	read -r -a rep <<<"${CM_TD[xroce.mad.0013]}"
 	read -r _ hit drop < <(cm_mad_stats egress | grep '^RTU ')
-	snd=$(cm_wire_times "src host $CM_RXE and udp[8] = 4 and udp[12:4] & 0xffffff != 1" | head -1)
-	rd=$(cm_wire_times "src host $CM_XROCE and udp[8] = 12" | head -1)
+	snd=${CM_TD[rxe.4]%% *} rd=${CM_TD[xroce.12]%% *}
 	d=$(awk -v a="$snd" -v b="$rd" 'BEGIN { if (a != "" && b != "") printf "%.3f", b - a }')
 	cm_td_obs "xroce's REP at ${rep[*]:-none} s, rxe's RTU dropped ${drop:-0} of ${hit:-0}, rxe's first SEND at ${snd:-none} s, xroce's first READ at ${rd:-none} s (${d:-?} s later)"
 	[ "${#rep[@]}" = 1 ] || echo "xroce sent its REP ${#rep[@]} times, want 1"
