@@ -1777,7 +1777,7 @@ cm_td_scan() {
 }
 # cm_td_note: the observations of the row's check, and the filters' counts.
 cm_td_note() {
-	[ -s /tmp/cm-td.obs ] && printf '%s; ' "$(cat /tmp/cm-td.obs)"
+	[ -s /tmp/cm-td.obs ] && cat /tmp/cm-td.obs
 	cm_mad_note
 }
 # cm_td_obs TEXT: one observation, for the row's detail.
