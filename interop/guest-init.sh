@@ -1782,6 +1782,9 @@ cm_td_note() {
 }
 # cm_td_obs TEXT: one observation, for the row's detail.
 cm_td_obs() { printf '%s; ' "$*" >>/tmp/cm-td.obs; }
+# cm_td_join CHECK ARGS...: CHECK's complaints on one line, "; " between
+# them (a row's detail is one field of results.tsv).
+cm_td_join() { "$@" | awk 'NF { printf "%s%s", (n++ ? "; " : ""), $0 } END { if (n) print "" }'; }
 
 # cm_td_row NAME XROCE_TYPES RXE_TYPES ROLE PORT CHECK GUEST_TOOL... -- XROCE_ARGS...:
 # a cm_row with fresh MAD filters dropping the odd XROCE_TYPES MADs of
@@ -1798,7 +1801,7 @@ _cm_td_row() {
 	# shellcheck disable=SC2086
 	[ -n "$rt" ] && cm_mad_drop egress $rt
 	rm -f /tmp/cm-td.obs
-	CM_NOTE=cm_td_note _cm_row "$name" "$role" 1 "$port" "$chk" "$@"
+	CM_NOTE=cm_td_note _cm_row "$name" "$role" 1 "$port" "cm_td_join $chk" "$@"
 	{ cm_mad_stats ingress | sed 's/^/xroce /'; cm_mad_stats egress | sed 's/^/rxe /'; } >"/out/logs/$name.filters.txt"
 	cm_loss_off
 }
@@ -1815,8 +1818,9 @@ _cm_td_row() {
 #     wire, when the DREQ comes (cm's TestPeerDREQKeepsQP has the DREQ
 #     overtake the data); and the only one whose DREQ is sure to come
 #     first is ucmatose's server: rstream's server (rxe) sends last and
-#     closes at once, but xroce's client, reading at the host's speed, had
-#     sent its DREQ 46 ms before rxe's close would have (first run).
+#     closes at once, but xroce's client, reading at the host's speed,
+#     sent its DREQ 60 ms after rxe's last data frame, before rxe had
+#     closed (the first run).
 #   - drep_lost: xroce's first DREP is dropped. ucmatose's server (rxe)
 #     disconnects first with rdma_disconnect and waits for DISCONNECTED;
 #     xroce's client answers, exits, and its Agent.Close still answers the
