@@ -176,19 +176,7 @@ func (s *simNet) run(limit time.Duration) {
 
 func (s *simNet) connect(a, b *simNode, data []byte) uint32 {
 	s.t.Helper()
-	var priv [mad.REQPrivateSize]byte
-	copy(priv[:], data)
-	r := ConnectRequest{PacketLifeTime: PacketLifeTime, REQ: mad.REQFields{
-		ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11, StartingPSN: 0x123456,
-		RemoteCMResponseTimeout: ResponseTimeout, LocalCMResponseTimeout: ResponseTimeout, MaxCMRetries: MaxCMRetries,
-		PathMTU: 3, PKey: 0xffff, RetryCount: 7, RNRRetryCount: 7, PrimaryLocalACKTimeout: ackTimeout(CAAckDelay, PacketLifeTime),
-		PrivateData: priv[:],
-	}}
-	id, err := a.e.Connect(s.now, &Peer{Addr: b.addr, Local: a.addr, MAC: b.mac}, &r)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return id
+	return s.connectWith(a, b, PacketLifeTime, ResponseTimeout, data)
 }
 
 func TestConnectDisconnect(t *testing.T) {

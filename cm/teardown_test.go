@@ -419,7 +419,7 @@ func TestTimewaitOutlastsResentDREQ(t *testing.T) {
 				s := newSimNet(t)
 				a, b := s.node("198.18.0.1", 1), s.node("198.18.0.2", 2)
 				b.e.Listen(mad.ServiceID(mad.PortSpaceTCP, 7471))
-				id := s.connectWith(a, b, k.plt, k.response)
+				id := s.connectWith(a, b, k.plt, k.response, nil)
 				s.run(time.Second)
 				var bid uint32
 				for c := range b.e.conns {
@@ -459,9 +459,10 @@ func TestTimewaitOutlastsResentDREQ(t *testing.T) {
 
 // connectWith is simNet.connect with the REQ an rdma_cm of packet life
 // time plt and CM response time-out response sends.
-func (s *simNet) connectWith(a, b *simNode, plt, response uint8) uint32 {
+func (s *simNet) connectWith(a, b *simNode, plt, response uint8, data []byte) uint32 {
 	s.t.Helper()
 	var priv [mad.REQPrivateSize]byte
+	copy(priv[:], data)
 	r := ConnectRequest{PacketLifeTime: plt, REQ: mad.REQFields{
 		ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11, StartingPSN: 0x123456,
 		RemoteCMResponseTimeout: response, LocalCMResponseTimeout: response, MaxCMRetries: MaxCMRetries,

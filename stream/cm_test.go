@@ -105,19 +105,27 @@ func TestCMStreamLossy(t *testing.T) {
 func TestCMStreamPeerDREQAnswered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b, _ := cmPair(t, link.Faults{}, 0, Config{Linger: time.Second})
-		answered := make(chan error, 1)
-		go func() { answered <- b.cmc.Disconnect(context.Background()) }()
-		synctest.Wait()
-		select {
-		case err := <-answered:
-			if err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatal("the peer's DREQ not answered before our Close")
-		}
+		peerDisconnectAnswered(t, b)
 		if st := a.qp.State(); st != roce.StateErr {
 			t.Fatalf("QP in %v after answering the DREQ, want ERR", st)
 		}
 	})
+}
+
+// peerDisconnectAnswered makes b's peer disconnect (its CM's DREQ) and
+// wants b's side to answer before anything closes it, once the bubble
+// is idle (call it inside synctest).
+func peerDisconnectAnswered(t *testing.T, b *Conn) {
+	t.Helper()
+	answered := make(chan error, 1)
+	go func() { answered <- b.cmc.Disconnect(context.Background()) }()
+	synctest.Wait()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("the peer's DREQ not answered before our Close")
+	}
 }

@@ -364,17 +364,7 @@ func TestRsocketPeerDREQAnswered(t *testing.T) {
 		if _, err := a.Write([]byte("never acknowledged")); err != nil {
 			t.Fatal(err)
 		}
-		answered := make(chan error, 1)
-		go func() { answered <- b.cmc.Disconnect(context.Background()) }()
-		synctest.Wait()
-		select {
-		case err := <-answered:
-			if err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatal("the peer's DREQ not answered before our Close")
-		}
+		peerDisconnectAnswered(t, b)
 		if err := a.Close(); err != nil {
 			t.Fatalf("Close after the peer's DREQ: %v", err)
 		}
