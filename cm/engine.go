@@ -596,8 +596,8 @@ func (e *Engine) leaveTimewaitList(c *conn) {
 // peer's DREQ (they answer its resent DREQs, see timewait), and when the
 // last of those time-waits ends.
 func (e *Engine) Answering() (n int, until time.Duration) {
-	for _, c := range e.conns {
-		if c.state == StateTimewait && c.answered {
+	for c := e.twFirst; c != nil; c = c.twNext {
+		if c.answered {
 			n++
 			until = max(until, c.deadline)
 		}

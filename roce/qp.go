@@ -315,17 +315,19 @@ func (d *Device) allocQPN(w *worker) (qpn uint32, sport uint16, err error) {
 	defer d.mu.Unlock()
 	nw := uint32(len(d.workers))
 	free := func(n uint32) bool { return n >= firstQPN && n <= maxQPN && n%nw == uint32(w.id) && w.qps[n] == nil }
+	draw := func() uint32 { return firstQPN + uint32(d.qpnRand.Uint64()%(maxQPN-firstQPN+1)) }
+	drawPort := func() uint16 { return 0xC000 | uint16(d.qpnRand.Uint64()&0x3fff) }
 	if !d.cfg.SequentialQPN {
 		// A random draw finds a free number at once unless nearly all
 		// 16M are taken; the scan below finishes the job then.
 		for range 64 {
-			n := firstQPN + uint32(d.qpnRand.Uint64()%(maxQPN-firstQPN+1))
+			n := draw()
 			n = n - n%nw + uint32(w.id)
 			if free(n) {
-				return n, 0xC000 | uint16(d.qpnRand.Uint64()&0x3fff), nil
+				return n, drawPort(), nil
 			}
 		}
-		d.nextQPN = firstQPN + uint32(d.qpnRand.Uint64()%(maxQPN-firstQPN+1))
+		d.nextQPN = draw()
 	}
 	qpn = d.nextQPN
 	for tries := 0; !free(qpn); tries++ {
@@ -341,7 +343,7 @@ func (d *Device) allocQPN(w *worker) (qpn uint32, sport uint16, err error) {
 	if d.cfg.SequentialQPN {
 		return qpn, 0, nil
 	}
-	return qpn, 0xC000 | uint16(d.qpnRand.Uint64()&0x3fff), nil
+	return qpn, drawPort(), nil
 }
 
 // The numbers allocQPN gives: QPs 0 and 1 are the special QPs, and rxe's
