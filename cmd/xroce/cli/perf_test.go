@@ -20,7 +20,9 @@ import (
 )
 
 var (
-	perfBWLineRE  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d{6})$`)
+	// perfBWLineRE is a bandwidth line: BW with 2 decimals, or 6 when
+	// --report_gbits reports under 0.1 Gb/s (perftest's REPORT_FMT_EXT).
+	perfBWLineRE  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d(?:\d{4})?)\s+(\d+\.\d\d(?:\d{4})?)\s+(\d+\.\d{6})$`)
 	perfLatLineRE = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)(\s+\d+\.\d\d){7}\s*$`)
 	perfAddrRE    = regexp.MustCompile(`(?m)^ (local|remote) address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}`)
 	perfGIDRE     = regexp.MustCompile(`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:0[12]$`)

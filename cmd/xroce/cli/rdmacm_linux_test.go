@@ -15,6 +15,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/internal/netns"
+	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -204,6 +205,66 @@ func TestUcmatose(t *testing.T) {
 			"cmatose: starting server\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n",
 			"cmatose: starting client\ncmatose: connecting\ntest complete\nreturn status 0\n"},
 	})
+}
+
+// The server's DREQs may come in any order: a server that disconnects
+// the connection it accepted last first, and waits for its DREP before
+// the next DREQ, gets every DREP from xroce ucmatose's client, as from
+// cmatose, which answers each DISCONNECTED as it comes.
+func TestUcmatoseClientDisconnectOrder(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	const conns = 3
+	d := openCMIn(t, p.B)
+	l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, 7471), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		var accepted []*cm.Conn
+		defer func() {
+			for _, c := range accepted {
+				c.Close()
+			}
+		}()
+		for range conns {
+			req, err := l.Accept(ctx)
+			if err != nil {
+				served <- err
+				return
+			}
+			_, qp, err := newRCQP(d)
+			if err == nil {
+				err = cm.PrepareQP(qp)
+			}
+			var c *cm.Conn
+			if err == nil {
+				c, err = req.Accept(ctx, qp, nil)
+			}
+			if err != nil {
+				served <- err
+				return
+			}
+			accepted = append(accepted, c)
+		}
+		for i := len(accepted) - 1; i >= 0; i-- {
+			if err := accepted[i].Disconnect(ctx); err != nil {
+				served <- fmt.Errorf("connection %d accepted: %w", i, err)
+				return
+			}
+		}
+		served <- nil
+	}()
+	rc := <-runIn(ctx, p.A, "ucmatose", "-s", p.B.IP.String(), "-c", fmt.Sprint(conns), "-S", "0")
+	wantRun(t, "client", rc, 0, "cmatose: starting client\ncmatose: connecting\ntest complete\nreturn status 0\n", "")
+	if err := <-served; err != nil {
+		t.Errorf("server: %v", err)
+	}
+	if i, _ := cm.AttrIndex(mad.AttrDREP); d.agent.Stats().Rx[i].Load() != conns {
+		t.Errorf("server got %d DREPs, want %d", d.agent.Stats().Rx[i].Load(), conns)
+	}
 }
 
 func TestRdmaServerClient(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -300,27 +302,35 @@ func (t *cmatose) runServer(ctx context.Context, a cmatestAddr) int {
 	return ret
 }
 
-// disconnectAll sends a DREQ on every connected node and waits for each
-// DISCONNECTED (the DREP or the DREQ's last time-out).
+// disconnectAll sends a DREQ on every connected node at once, as
+// cmatose's run_server calls rdma_disconnect on each before it waits, and
+// waits for every DISCONNECTED (the DREP or the DREQ's last time-out).
 func (t *cmatose) disconnectAll(ctx context.Context) int {
 	dctx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
 	defer cancel()
-	ret := 0
+	var wg sync.WaitGroup
+	var silent atomic.Bool
 	for _, n := range t.nodes {
 		if !n.connected {
 			continue
 		}
 		n.connected = false
-		if err := n.conn.Disconnect(dctx); err != nil {
-			if ctx.Err() != nil {
-				t.interrupted = true
-				return -1
+		wg.Go(func() {
+			if n.conn.Disconnect(dctx) != nil {
+				silent.Store(true)
 			}
-			t.printf("%s\n", silentMsg("cmatose"))
-			ret = -int(syscall.ETIMEDOUT)
-		}
+		})
 	}
-	return ret
+	wg.Wait()
+	switch {
+	case ctx.Err() != nil:
+		t.interrupted = true
+		return -1
+	case silent.Load():
+		t.printf("%s\n", silentMsg("cmatose"))
+		return -int(syscall.ETIMEDOUT)
+	}
+	return 0
 }
 
 // runClient is cmatose's run_client.
@@ -339,20 +349,35 @@ func (t *cmatose) runClient(ctx context.Context, a cmatestAddr) int {
 			return -1
 		}
 	}
-	// disconnect_events: the server's DREQ on each connection, answered
-	// as cmatose's rdma_disconnect on DISCONNECTED does (the QP stops,
-	// the DREP goes).
+	// disconnect_events: the server's DREQ on each connection, in the
+	// order they come (not the order of the nodes: the server's accept
+	// order is its own), answered as cmatose's rdma_disconnect on
+	// DISCONNECTED does (the QP stops, the DREP goes).
 	if t.silent {
 		return ret
 	}
-	deadline := time.NewTimer(cmPeerTimeout)
-	defer deadline.Stop()
+	got := make(chan *cmatoseNode, len(t.nodes))
+	stop := make(chan struct{})
+	defer close(stop)
+	left := 0
 	for _, n := range t.nodes {
 		if !n.connected {
 			continue
 		}
+		left++
+		go func() {
+			select {
+			case <-n.conn.Done():
+				got <- n
+			case <-stop:
+			}
+		}()
+	}
+	deadline := time.NewTimer(cmPeerTimeout)
+	defer deadline.Stop()
+	for ; left > 0; left-- {
 		select {
-		case <-n.conn.Done():
+		case n := <-got:
 			n.connected = false
 			n.conn.Disconnect(ctx)
 		case <-ctx.Done():
