@@ -165,8 +165,10 @@ type Stats struct {
 	Rx, Tx [numAttrs]atomic.Uint64 // MADs received and sent, by message (see AttrIndex)
 	// Received MADs dropped: shorter than 256 bytes or a wrong base
 	// version, class, class version or method; a message the CM does not
-	// handle (LAP, APR, ClassPortInfo, unknown); no matching connection.
+	// handle (LAP, APR, ClassPortInfo, unknown); no matching connection,
+	// or one whose peer is at another address than the sender.
 	RxMalformed, RxUnsupported, RxUnmatched atomic.Uint64
+	RxBadPKey                               atomic.Uint64 // REQs naming a P_Key not in the table (REJ 12)
 	RxDuplicates                            atomic.Uint64 // duplicate REQ, REP, DREQ, RTU
 	Retransmits                             atomic.Uint64 // REQ, REP and DREQ resent
 	Timeouts                                atomic.Uint64 // retries exhausted
@@ -789,6 +791,18 @@ func (e *Engine) Destroy(now time.Duration, id uint32) {
 	c.destroyed = true
 }
 
+// fromPeer reports whether a message came from c's peer: every message
+// that names a connection is checked against the address it came from
+// before it changes anything (the comm IDs alone are 32 bits a blind
+// attacker may guess).
+func fromPeer(c *conn, from *Peer) bool { return c.peer.Addr.Unmap() == from.Addr.Unmap() }
+
+// validPKey reports whether a REQ's P_Key is in RoCE's P_Key table, which
+// holds the default 0xFFFF alone; the lookup (ib_find_cached_pkey)
+// compares the low 15 bits, so 0x7FFF is found too and 0x0000, an
+// invalid P_Key, never is.
+func validPKey(k uint16) bool { return k&0x7fff == 0x7fff }
+
 // Input handles a MAD received at now from peer (b is the whole datagram
 // payload; a MAD is its first 256 bytes).
 func (e *Engine) Input(now time.Duration, b []byte, from *Peer) {
@@ -809,15 +823,15 @@ func (e *Engine) Input(now time.Duration, b []byte, from *Peer) {
 	case mad.AttrREP:
 		e.onREP(now, m, from)
 	case mad.AttrRTU:
-		e.onRTU(m)
+		e.onRTU(m, from)
 	case mad.AttrREJ:
-		e.onREJ(now, m)
+		e.onREJ(now, m, from)
 	case mad.AttrMRA:
-		e.onMRA(now, m)
+		e.onMRA(now, m, from)
 	case mad.AttrDREQ:
 		e.onDREQ(now, m, from)
 	case mad.AttrDREP:
-		e.onDREP(now, m)
+		e.onDREP(now, m, from)
 	case mad.AttrSIDRREQ:
 		e.onSIDRREQ(now, m, from)
 	case mad.AttrSIDRREP:
@@ -838,8 +852,10 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	if old := e.byQPN[remoteKey{r.LocalQPN(), guid}]; old != nil {
 		// The peer's QP is still ours in another connection: the new one
 		// is stale, and so is the old one (cm_match_req).
+		// Only the old connection's own peer can end it this way: a REQ
+		// from elsewhere naming its QPN is refused and changes nothing.
 		e.rejectREQ(from, m, mad.RejStaleConn)
-		if old.state == StateEstablished {
+		if old.state == StateEstablished && fromPeer(old, from) {
 			e.disconnect(now, old, nil)
 		}
 		return
@@ -847,6 +863,14 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	l := e.listeners[r.ServiceID()]
 	if l == nil {
 		e.rejectREQ(from, m, mad.RejInvalidServiceID)
+		return
+	}
+	if !validPKey(r.PKey()) {
+		// cm_init_av_by_path finds no such P_Key in the port's table
+		// (RoCE's holds 0xFFFF alone): REJ 12 with the GID it has.
+		e.stats.RxBadPKey.Add(1)
+		gid := from.Local.As16()
+		e.sendREJ(from, m.TID(), 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidGID, gid[:], nil)
 		return
 	}
 	if l.pending >= e.cfg.Backlog {
@@ -880,7 +904,7 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 func (e *Engine) onREP(now time.Duration, m mad.MAD, from *Peer) {
 	r := mad.REP(m.Body())
 	c := e.conns[r.RemoteCommID()]
-	if c == nil || !c.active || c.peer.Addr.Unmap() != from.Addr.Unmap() {
+	if c == nil || !c.active || !fromPeer(c, from) {
 		e.stats.RxUnmatched.Add(1)
 		return
 	}
@@ -909,7 +933,7 @@ func (e *Engine) onREP(now time.Duration, m mad.MAD, from *Peer) {
 	}
 	if old := e.byQPN[remoteKey{r.LocalQPN(), guid}]; old != nil {
 		e.sendREJ(from, c.tid, c.id, r.LocalCommID(), mad.MsgREP, mad.RejStaleConn, nil, nil)
-		if old.state == StateEstablished {
+		if old.state == StateEstablished && fromPeer(old, from) {
 			e.disconnect(now, old, nil)
 		}
 		return
@@ -923,19 +947,20 @@ func (e *Engine) onREP(now time.Duration, m mad.MAD, from *Peer) {
 }
 
 // peerConn returns the connection a message from the peer names with its
-// own (local) and our (remote) comm IDs.
-func (e *Engine) peerConn(local, remote uint32) *conn {
+// own (local) and our (remote) comm IDs, if it came from that
+// connection's peer.
+func (e *Engine) peerConn(local, remote uint32, from *Peer) *conn {
 	c := e.conns[remote]
-	if c == nil || c.remoteID != local {
+	if c == nil || c.remoteID != local || !fromPeer(c, from) {
 		e.stats.RxUnmatched.Add(1)
 		return nil
 	}
 	return c
 }
 
-func (e *Engine) onRTU(m mad.MAD) {
+func (e *Engine) onRTU(m mad.MAD, from *Peer) {
 	r := mad.RTU(m.Body())
-	c := e.peerConn(r.LocalCommID(), r.RemoteCommID())
+	c := e.peerConn(r.LocalCommID(), r.RemoteCommID(), from)
 	if c == nil {
 		return
 	}
@@ -948,7 +973,7 @@ func (e *Engine) onRTU(m mad.MAD) {
 	e.emit(c, EventEstablished, func(ev *Event) { ev.PrivateData = r.PrivateData() })
 }
 
-func (e *Engine) onREJ(now time.Duration, m mad.MAD) {
+func (e *Engine) onREJ(now time.Duration, m mad.MAD, from *Peer) {
 	r := mad.REJ(m.Body())
 	var c *conn
 	if r.MsgRejected() == mad.MsgREQ {
@@ -960,7 +985,7 @@ func (e *Engine) onREJ(now time.Duration, m mad.MAD) {
 	} else if c = e.conns[r.RemoteCommID()]; c != nil && c.remoteID != r.LocalCommID() {
 		c = nil
 	}
-	if c == nil || c.state == StateTimewait || c.state == StateIdle || c.state == StateDreqRcvd {
+	if c == nil || !fromPeer(c, from) || c.state == StateTimewait || c.state == StateIdle || c.state == StateDreqRcvd {
 		e.stats.RxUnmatched.Add(1)
 		return
 	}
@@ -979,10 +1004,10 @@ func (e *Engine) onREJ(now time.Duration, m mad.MAD) {
 	}
 }
 
-func (e *Engine) onMRA(now time.Duration, m mad.MAD) {
+func (e *Engine) onMRA(now time.Duration, m mad.MAD, from *Peer) {
 	r := mad.MRA(m.Body())
 	c := e.conns[r.RemoteCommID()]
-	if c == nil {
+	if c == nil || !fromPeer(c, from) {
 		e.stats.RxUnmatched.Add(1)
 		return
 	}
@@ -1002,7 +1027,7 @@ func (e *Engine) onMRA(now time.Duration, m mad.MAD) {
 func (e *Engine) onDREQ(now time.Duration, m mad.MAD, from *Peer) {
 	r := mad.DREQ(m.Body())
 	c := e.conns[r.RemoteCommID()]
-	if c == nil || c.remoteID != r.LocalCommID() {
+	if c == nil || c.remoteID != r.LocalCommID() || !fromPeer(c, from) {
 		// Nothing to disconnect: say it is done (cm_issue_drep).
 		e.stats.RxUnmatched.Add(1)
 		e.sendDREP(from, m.TID(), r.RemoteCommID(), r.LocalCommID(), nil)
@@ -1037,9 +1062,9 @@ func (e *Engine) onDREQ(now time.Duration, m mad.MAD, from *Peer) {
 	e.emit(c, EventDisconnectRequest, func(ev *Event) { ev.PrivateData = r.PrivateData() })
 }
 
-func (e *Engine) onDREP(now time.Duration, m mad.MAD) {
+func (e *Engine) onDREP(now time.Duration, m mad.MAD, from *Peer) {
 	r := mad.DREP(m.Body())
-	c := e.peerConn(r.LocalCommID(), r.RemoteCommID())
+	c := e.peerConn(r.LocalCommID(), r.RemoteCommID(), from)
 	if c == nil {
 		return
 	}
@@ -1128,7 +1153,7 @@ func (e *Engine) onSIDRREQ(now time.Duration, m mad.MAD, from *Peer) {
 func (e *Engine) onSIDRREP(m mad.MAD, from *Peer) {
 	r := mad.SIDRREP(m.Body())
 	c := e.conns[r.RequestID()]
-	if c == nil || c.state != StateSIDRReqSent || c.peer.Addr.Unmap() != from.Addr.Unmap() {
+	if c == nil || c.state != StateSIDRReqSent || !fromPeer(c, from) {
 		e.stats.RxUnmatched.Add(1)
 		return
 	}

@@ -20,7 +20,7 @@ func FuzzEngine(f *testing.F) {
 		m.EncodeCM(1, attr, 0)
 		f.Add(append([]byte(nil), seed[:]...))
 	}
-	mad.REQ(m.Body()).Encode(&mad.REQFields{LocalCommID: 5, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11, MaxCMRetries: 3})
+	mad.REQ(m.Body()).Encode(&mad.REQFields{LocalCommID: 5, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471), LocalQPN: 0x11, PKey: 0xffff, MaxCMRetries: 3})
 	m.EncodeCM(1, mad.AttrREQ, 0)
 	f.Add(append([]byte(nil), seed[:]...))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -465,7 +465,7 @@ func TestREQFlood(t *testing.T) {
 	const n = 20000
 	for i := range uint32(n) {
 		mm.EncodeCM(uint64(i), mad.AttrREQ, 0)
-		mad.REQ(mm.Body()).Encode(&mad.REQFields{LocalCommID: i + 1, LocalQPN: i + 0x11, LocalCAGUID: 42,
+		mad.REQ(mm.Body()).Encode(&mad.REQFields{LocalCommID: i + 1, LocalQPN: i + 0x11, LocalCAGUID: 42, PKey: 0xffff,
 			ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471), MaxCMRetries: 15})
 		b.e.Input(0, m[:], from)
 		s.queue = s.queue[:0]
