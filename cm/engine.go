@@ -570,6 +570,16 @@ func (e *Engine) timewait(now time.Duration, c *conn) {
 	}
 }
 
+// MaxPeerWait bounds each wait whose length a peer's fields choose (up to
+// 2^23 ms each): how long the CM waits between resends of its REP and
+// DREQ (the REQ's Local CM Response Timeout) and the extra time an MRA
+// asks for. It is the longest the kernel's own CM asks of a peer (its
+// MRA's service time-out, CMA_CM_MRA_SETTING 24: 65.5 s); a peer that
+// asks for more gets resends sooner than it asked, which it answers as
+// duplicates, and a connection it leaves half-open is gone within
+// (retries+1)·MaxPeerWait instead of days.
+const MaxPeerWait = 65536 * time.Millisecond // ms(24)
+
 // MaxTimewait bounds time-wait, which the peer's REQ or REP fields
 // choose (ACK and CM response time-outs): enough for the first resend of
 // a DREQ from a Linux 6.1 peer (8.2 s, see timewait), not the hours the
@@ -887,7 +897,7 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	c.peer, c.state, c.tid = *from, StateReqRcvd, m.TID()
 	c.remoteID, c.remoteGUID, c.remoteQPN = r.LocalCommID(), guid, r.LocalQPN()
 	c.maxRetry = r.MaxCMRetries()
-	c.timeout = ms(r.LocalCMResponseTimeout())
+	c.timeout = min(ms(r.LocalCMResponseTimeout()), MaxPeerWait)
 	c.twait = ms(r.PrimaryLocalACKTimeout())
 	// The active side's CM resends its DREQ as its REQ (ib_send_cm_req's
 	// timeout_ms): twice its path's packet life time, which its REQ's
@@ -1020,8 +1030,9 @@ func (e *Engine) onMRA(now time.Duration, m mad.MAD, from *Peer) {
 		e.stats.RxDuplicates.Add(1)
 		return
 	}
-	// The peer needs up to its service time-out more (§12.6.6).
-	e.arm(c, now+ms(r.ServiceTimeout())+c.timeout)
+	// The peer needs up to its service time-out more (§12.6.6), bounded
+	// as every wait the peer chooses.
+	e.arm(c, now+min(ms(r.ServiceTimeout()), MaxPeerWait)+c.timeout)
 }
 
 func (e *Engine) onDREQ(now time.Duration, m mad.MAD, from *Peer) {

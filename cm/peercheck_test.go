@@ -164,3 +164,43 @@ func TestREQPKey(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerWaitsBounded: the waits a peer's fields choose are bounded by
+// MaxPeerWait. A REQ asking for the longest CM response time-out (2^23
+// ms) and 15 retries, whose REP is never answered, is gone within 16
+// MaxPeerWaits, not 15 × 2.3 hours; an MRA asking for the longest service
+// time-out delays the REQ's resend by at most MaxPeerWait.
+func TestPeerWaitsBounded(t *testing.T) {
+	s := newSimNet(t)
+	b := s.node("198.18.0.2", 2)
+	b.e.Listen(mad.ServiceID(mad.PortSpaceTCP, 7471))
+	evil := netip.MustParseAddr("198.18.0.66")
+	forge(b, evil, mad.AttrREQ, func(body []byte) {
+		mad.REQ(body).Encode(&mad.REQFields{LocalCommID: 9, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471),
+			LocalCAGUID: 66, LocalQPN: 0x33, PKey: 0xffff, PathMTU: 3, MaxCMRetries: 15,
+			LocalCMResponseTimeout: 31, RemoteCMResponseTimeout: 31, PrimaryLocalACKTimeout: 31})
+	})
+	s.run(time.Second)
+	if b.e.State(b.events[0].ID) != StateRepSent {
+		t.Fatalf("accepted REQ in %v, want REP_SENT", b.e.State(b.events[0].ID))
+	}
+	s.run(16 * MaxPeerWait)
+	if b.e.Conns() != 0 || b.has(EventUnreachable) != 1 || len(b.e.timers) != 0 {
+		t.Fatalf("after 16 MaxPeerWaits: %d connections, events %+v", b.e.Conns(), b.events)
+	}
+
+	// a's REQ to a peer that answers with one MRA asking for 2^23 ms more.
+	a := s.node("198.18.0.1", 1)
+	id := s.connectWith(a, &simNode{addr: evil}, PacketLifeTime, ResponseTimeout, nil)
+	forge(a, evil, mad.AttrMRA, func(body []byte) {
+		mad.MRA(body).Encode(&mad.MRAFields{RemoteCommID: id, MsgMRAed: mad.MsgREQ, ServiceTimeout: 31})
+	})
+	if a.e.State(id) != StateMRAReqRcvd {
+		t.Fatalf("after the MRA: %v", a.e.State(id))
+	}
+	reqs := s.sent[0]
+	s.run(s.now + MaxPeerWait + 2*ms(PacketLifeTime) + ms(ResponseTimeout))
+	if s.sent[0] != reqs+1 {
+		t.Fatalf("%d REQs resent within MaxPeerWait and the REQ's time-out after the MRA, want 1", s.sent[0]-reqs)
+	}
+}
