@@ -6,5 +6,5 @@
 // with `xroce dump` and tshark on the host, and every CM MAD with tshark.
 //
 // The Go test here only wraps interop/run, and only when XROCE_INTEROP=1, so
-// `go test ./...` boots nothing by default. See README.md.
+// `go test ./...` boots nothing by default. See interop/README.md.
 package interop

@@ -31,7 +31,7 @@ type waitLink interface {
 // and an eventfd, so that the kernel wakes the goroutine's thread itself
 // when frames arrive, as it wakes a thread reading a socket. It does not
 // use Go's netpoller, whose wake-ups measured slower on this path (see
-// the README's benchmarks).
+// the message of commit 2b4ddea).
 //
 // A switchable watch has the socket in an epoll instance of its own, for
 // POLLIN, whose interest another goroutine can switch on or off

@@ -30,15 +30,15 @@ type Config struct {
 	// goes through the ring and no Read buffer is registered, so no
 	// caller memory is exposed to the peer. Each direct Write waits for
 	// its completion and the next advert, which costs about what the
-	// saved copy gains (the README's stream benchmarks).
+	// saved copy gains (the stream benchmarks of docs/benchmarks.md).
 	DirectThreshold int
 	// ReadSpin is how long a Read that finds nothing to read polls the
 	// connection's CQ before it sleeps, doing the device's receive work
 	// in its own goroutine (roce.CQ.Progress): lower latency for
 	// request-response traffic when a core is free to spin, at the cost
 	// of that core while it waits. 0 means no spinning. A spin shorter
-	// than the round trip only adds work; the README's stream benchmarks
-	// give figures.
+	// than the round trip only adds work; the stream benchmarks of
+	// docs/benchmarks.md give figures.
 	ReadSpin time.Duration
 	// HandshakeTimeout bounds Accept's setup of one connection; 0 means
 	// 10 s. Dial is bounded by its context.

@@ -15,7 +15,7 @@
 // deterministic: the same Config gives the same Result.
 //
 // Tests assert fairness (Jain's index), bounded queues and no loss; the
-// ccplot command draws the figures of the README from the same runs.
+// ccplot command draws the figures of docs/congestion.md from the same runs.
 package ccsim
 
 import (

@@ -144,13 +144,13 @@ func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
-// Scenario is a named simulation the README plots.
+// Scenario is a named simulation docs/congestion.md plots.
 type Scenario struct {
 	File, Title string
 	Config      Config
 }
 
-// Scenarios are the README's figures: the runs of the tests, drawn.
+// Scenarios are docs/congestion.md's figures: the runs of the tests, drawn.
 func Scenarios() []Scenario {
 	const ms = time.Millisecond
 	n := func(k int) []Flow {

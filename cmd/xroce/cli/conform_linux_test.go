@@ -22,7 +22,7 @@ import (
 // TestConformXroce runs xroce conform against xroce itself between two
 // namespaces: xroce perf write_bw (or read_bw) as the device under test,
 // with enough QPs for every check. Each check passes, cannot run on that
-// tool (SKIP), or fails in the way the README lists (KNOWN).
+// tool (SKIP), or fails in the way docs/conform.md lists (KNOWN).
 func TestConformXroce(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	for i, tc := range []struct {

@@ -18,7 +18,7 @@ import (
 // TestConformServe runs xroce conform --serve against xroce perf's
 // clients between two namespaces: every requester check passes against
 // xroce's requester, cannot run on that tool (SKIP), or is the deviation
-// the README lists (KNOWN: retry_cnt 7 retries for ever).
+// docs/conform.md lists (KNOWN: retry_cnt 7 retries for ever).
 func TestConformServe(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	for i, tc := range []struct {

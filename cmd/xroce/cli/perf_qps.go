@@ -38,8 +38,8 @@ the fair one, the worst second of each. Timeouts and retransmissions are
 the requester's. While it runs, 'xroce stat' shows each QP's counters
 (with -w, per-QP rates) and the last second's fairness.
 
-Needs root (namespaces, XDP). The scaling table of the README is made with
-the defaults.`
+Needs root (namespaces, XDP). The scaling table of docs/benchmarks.md is
+made with the defaults.`
 
 const perfQPsExamples = `  sudo xroce perf qps                                   # 1 … 4096 QPs × 4 KiB and 64 KiB
   sudo xroce perf qps -q 1,256 -s 4096 -D 5

@@ -47,7 +47,7 @@ var errNoCompletion = errors.New("no completion")
 // among them, which receives meanwhile), then sleeps in CQ.Wait, which
 // receives in this goroutine, and so on. The bandwidth tests wait so:
 // their completions come in streams (busy-polling them with pollCQ was no
-// faster: see the README).
+// faster: see docs/benchmarks.md).
 func waitCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
 	for {
 		for range waitPolls {

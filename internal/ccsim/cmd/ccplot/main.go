@@ -1,5 +1,5 @@
 // Command ccplot runs the congestion-control simulations of package ccsim
-// and writes their plots (SVG) for the README:
+// and writes their plots (SVG) for docs/congestion.md:
 //
 //	go run ./internal/ccsim/cmd/ccplot -o docs
 package main
