@@ -68,7 +68,7 @@ func runPerfQPs(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&qs, "q", "1,16,256,1024,4096", "`numbers` of QPs, comma-separated, in increasing order")
 	fs.StringVar(&ss, "s", "4096,65536", "message `sizes` in bytes, comma-separated")
 	fs.DurationVar(&o.duration, "D", 4*time.Second, "`duration` of each measurement (whole seconds count for fairness)")
-	fs.IntVar(&o.depth, "t", 32, "WRITEs each QP keeps outstanding (`depth`; 32 × 4 KiB fills the 128-packet window)")
+	fs.IntVar(&o.depth, "t", 32, "WRITEs each QP keeps outstanding (`depth`; 32 × 4 KiB is 128 packets of 1 KiB per QP)")
 	fs.BoolVar(&o.cm, "cm", false, "connect the QPs through RDMA CM instead of the TCP exchange")
 	fs.IntVar(&o.port, "p", o.port, "`port` of the TCP exchange or of RDMA CM")
 	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")

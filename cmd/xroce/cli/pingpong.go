@@ -42,8 +42,9 @@ are accepted and ignored: xroce has no service levels on untagged Ethernet
 and its memory is always present. Without -e the completion queue is
 busy-polled, as ibv_rc_pingpong does, and the polling goroutine itself
 receives and answers the frames (xroce's caller-driven progress); with -e
-it sleeps on every completion notification and the device's goroutines do
-that work.`
+it sleeps in CQ.Wait until a completion comes, and the waiting goroutine
+does that work when it wakes (the device's goroutines do it while nobody
+waits).`
 
 const pingpongExamples = `  xroce pingpong -d eth0 -g 1                 # server
   xroce pingpong -d eth0 -g 1 198.18.0.1      # client

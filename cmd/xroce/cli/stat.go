@@ -16,8 +16,8 @@ const statAbout = `
 Print the counters of running xroce processes: devices (frames, drops,
 retransmissions, NAKs, duplicates, the links' and the XDP program's counters)
 and queue pairs (state, work requests posted, completions). Processes that
-run devices ('xroce lab' today) serve them on a unix socket in --dir, named
-after their pid.
+run devices ('xroce lab', 'xroce perf' and 'xroce perf qps') serve them on
+a unix socket in --dir, named after their pid.
 
 Without -p every running process is shown. With -w the counters are printed
 again every second, with their rate since the previous print, until Ctrl-C,
