@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"sort"
 	"strings"
 )
@@ -34,10 +33,6 @@ var commands []command
 // register adds a subcommand. It is called from init functions only.
 func register(name, summary string, run func(ctx context.Context, env *env, args []string) error) {
 	commands = append(commands, command{name: name, summary: summary, run: run})
-}
-
-func init() {
-	register("version", "print the version", runVersion)
 }
 
 // errUsage marks an error in the command line; the command exits with 2.
@@ -120,6 +115,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		printHelp(stdout)
 		return nil
+	case "-V", "-version", "--version":
+		name = "version"
 	}
 	c := lookup(name)
 	if c == nil {
@@ -192,27 +189,6 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		return usagef("%s: %v", fs.Name(), err)
 	}
-	return nil
-}
-
-func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "version", "", "Print the xroce version and the Go toolchain that built it.", "")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	version, goVersion := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				version += " " + s.Value[:12]
-			}
-		}
-	}
-	fmt.Fprintf(e.stdout, "xroce %s %s\n", version, goVersion)
 	return nil
 }
 
