@@ -114,6 +114,26 @@ INTEROP ?= default
 interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|MODES; default = selftest,loss,tap,xroce,xloss,cm,cmloss).
 	bash interop/run $(INTEROP)
 
+# The version release-check publishes: cli.Version unless RELEASE_VERSION=v... says otherwise.
+RELEASE_VERSION ?= $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' cmd/xroce/cli/version.go)
+
+.PHONY: release-check
+release-check: ## go install .../cmd/xroce@RELEASE_VERSION from a clean GOPATH through a file proxy holding HEAD's module zip (not in CI).
+	@set -e; tmp=$$(mktemp -d); \
+	trap 'GOPATH=$$tmp/gopath GOMODCACHE= $(GO) clean -modcache 2>/dev/null; rm -rf $$tmp' EXIT; \
+	test -z "$$(git status --porcelain --untracked-files=no)" || echo "release-check: uncommitted changes are not in HEAD's zip"; \
+	mkdir $$tmp/src; git archive --format=tar HEAD | tar -x -C $$tmp/src; \
+	(cd internal/modproxy && $(GO) run . -src $$tmp/src -version $(RELEASE_VERSION) -time $$(git log -1 --format=%cI HEAD) -o $$tmp/proxy); \
+	proxy="file://$$tmp/proxy,$$($(GO) env GOPROXY)"; \
+	echo "release-check: GOPATH=$$tmp/gopath GOPROXY=$$proxy go install github.com/xroce/xroce/cmd/xroce@$(RELEASE_VERSION)"; \
+	cd $$tmp && GOPATH=$$tmp/gopath GOMODCACHE= GOBIN= GOFLAGS=-mod=mod GOPROXY=$$proxy GONOSUMDB=github.com/xroce/xroce GOSUMDB=off \
+		CGO_ENABLED=0 $(GO) install github.com/xroce/xroce/cmd/xroce@$(RELEASE_VERSION); \
+	line=$$($$tmp/gopath/bin/xroce version); echo "release-check: $$line"; \
+	mod=$$($(GO) version -m $$tmp/gopath/bin/xroce | awk '$$1 == "mod" { print $$2 "@" $$3 }'); \
+	test "$$mod" = github.com/xroce/xroce@$(RELEASE_VERSION) || { echo "release-check: the binary was built from $$mod"; exit 1; }; \
+	$$tmp/gopath/bin/xroce help >/dev/null; \
+	echo "release-check: ok, go install github.com/xroce/xroce/cmd/xroce@$(RELEASE_VERSION) works from a clean GOPATH"
+
 .PHONY: clean
 clean: ## Remove build output.
 	rm -rf bin

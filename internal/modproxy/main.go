@@ -68,6 +68,12 @@ func run() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// What the zip leaves out of the tree, and why (nested modules,
+	// vendor directories, VCS metadata).
+	omitted, err := modzip.CheckDir(*src)
+	if err != nil {
+		return err
+	}
 	zipPath := filepath.Join(dir, m.Version+".zip")
 	zf, err := os.Create(zipPath)
 	if err != nil {
@@ -105,7 +111,7 @@ func run() error {
 		return err
 	}
 	fmt.Printf("modproxy: %s@%s: %d files, zip %.1f MB, in %s\n", m.Path, m.Version, len(cf.Valid), float64(st.Size())/1e6, *out)
-	for _, o := range cf.Omitted {
+	for _, o := range omitted.Omitted {
 		fmt.Printf("modproxy:   left out %s: %v\n", o.Path, o.Err)
 	}
 	return nil
