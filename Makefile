@@ -19,20 +19,41 @@ export CGO_ENABLED := 0
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: deps
-deps: ## Install what the build and tests need (Go modules, tshark, iproute2, iperf3, sockperf, QEMU, debootstrap, tcpdump, Chromium, staticcheck).
+# apt-install installs the Debian packages of the commands named in its
+# argument (command:package pairs) that are not on PATH, each package once.
+define apt-install
 	@missing=""; \
-	for p in tshark:tshark ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf \
-		qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap tcpdump:tcpdump mkfs.ext4:e2fsprogs python3:python3 \
-		chromium:chromium; do \
+	for p in $(1); do \
 		cmd=$${p%%:*}; pkg=$${p##*:}; \
-		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+		command -v $$cmd >/dev/null 2>&1 || case " $$missing " in *" $$pkg "*) ;; *) missing="$$missing $$pkg";; esac; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "apt-get install$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+endef
+
+# What xroce lab needs besides Go: ip from iproute2 (internal/netns makes
+# and deletes the namespaces with `ip netns`). It injects its loss in its
+# own XDP programs, not with tc, and xroce dump, which checks its pcap,
+# is Go.
+DEMO_CMDS := ip:iproute2
+# What the tests add: tc (netem in the tests' namespaces), tshark (golden
+# decodes), iperf3 and sockperf (the benchmark report), QEMU, debootstrap,
+# e2fsprogs and python3 (the rxe VM), tcpdump (interop captures),
+# Chromium (the HTML page's test).
+TEST_CMDS := tc:iproute2 tshark:tshark iperf3:iperf3 sockperf:sockperf \
+	qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap tcpdump:tcpdump mkfs.ext4:e2fsprogs python3:python3 \
+	chromium:chromium
+
+.PHONY: demo-deps
+demo-deps: ## Install what make demo needs (Go modules, iproute2).
+	$(call apt-install,$(DEMO_CMDS))
 	$(GO) mod download
+
+.PHONY: deps
+deps: demo-deps ## Install what the build and tests need: demo-deps and tc, tshark, iperf3, sockperf, QEMU, debootstrap, tcpdump, Chromium, staticcheck.
+	$(call apt-install,$(TEST_CMDS))
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: build
@@ -104,7 +125,7 @@ bench-report-quick: ## The same, MTU 1500 only, 1 s per test.
 	$(GO) run ./internal/benchreport -mtu 1500 -time 1s
 
 .PHONY: demo
-demo: deps build ## The main job: RDMA between two namespaces (tour, loss, bandwidth, latency), then its pcap checked.
+demo: demo-deps build ## The main job: RDMA between two namespaces (tour, loss, bandwidth, latency), then its pcap checked.
 	./$(BIN) lab --pcap lab.pcap
 	./$(BIN) dump -q lab.pcap
 
