@@ -46,7 +46,7 @@ type labHost struct {
 // labQP is a queue pair of the lab with its CQ, buffer and the counters
 // the lab keeps for it (roce.QP has none to read yet).
 type labQP struct {
-	name string // "rc", "uc", "ud", "rc-loss"
+	name string // "rc", "uc", "ud", "rc-loss", "rc-lat"
 	host *labHost
 	qp   *roce.QP
 	cq   *roce.CQ
@@ -70,7 +70,8 @@ type labRun struct {
 	rec  *pcaptap.Recorder
 	stat *statsock.Server
 	qps  []*labQP
-	rc   [2]*labQP // the RC pair of the tour and the measurements
+	rc   [2]*labQP // the RC pair of the tour and the bandwidth measurement
+	lat  [2]*labQP // the RC pair of the latency measurement (see measure)
 	diag *diagram
 
 	started time.Time
@@ -215,12 +216,14 @@ func (r *labRun) setup() error {
 	ucA, ucB := mk(r.a, "uc", roce.UC, max(tour, 64)), mk(r.b, "uc", roce.UC, max(tour, 64))
 	udA, udB := mk(r.a, "ud", roce.UD, mtu+40), mk(r.b, "ud", roce.UD, mtu+40)
 	lossA, lossB := mk(r.a, "rc-loss", roce.RC, lossBufSize), mk(r.b, "rc-loss", roce.RC, lossBufSize)
+	latA, latB := mk(r.a, "rc-lat", roce.RC, latBufSize), mk(r.b, "rc-lat", roce.RC, latBufSize)
 	if err2 != nil {
 		return fmt.Errorf("lab: %w", err2)
 	}
 	r.rc = [2]*labQP{rcA, rcB}
+	r.lat = [2]*labQP{latA, latB}
 	// The RC pair connects through RDMA CM in the tour; the others now.
-	for _, p := range [][2]*labQP{{ucA, ucB}, {udA, udB}, {lossA, lossB}} {
+	for _, p := range [][2]*labQP{{ucA, ucB}, {udA, udB}, {lossA, lossB}, {latA, latB}} {
 		opts := roce.ConnectOptions{}
 		if p[0].name == "rc-loss" {
 			opts.Timeout = 10 // 4.2 ms: recover quickly from a lost tail

@@ -73,8 +73,11 @@ func checkNoNamespaces(t *testing.T, out string) {
 	}
 }
 
+// labGaps matches a queue pair's line of dump's summary, with its gaps.
+var labGaps = regexp.MustCompile(`(?m)^  (.*QP 0x[0-9a-f]+ .*?) (\d+) gaps \(\d+ PSNs missing\).*$`)
+
 // checkPcap decodes the capture with xroce dump: every frame RoCE, every
-// ICRC good.
+// ICRC good, no PSN missing from any queue pair's flow.
 func checkPcap(t *testing.T, path string) summary {
 	t.Helper()
 	out, _, err := run(t, "dump", "-q", path)
@@ -84,6 +87,17 @@ func checkPcap(t *testing.T, path string) summary {
 	s := parseSummary(t, out)
 	if s.roce == 0 || s.bad != 0 || s.malformed != 0 || s.ok != s.roce || s.other != 0 {
 		t.Errorf("pcap summary %+v: want only RoCE frames, all with a good ICRC", s)
+	}
+	// The lab records what each side sends, so no flow may miss a PSN:
+	// a gap would be the recording pausing inside a flow (measure).
+	flows := labGaps.FindAllStringSubmatch(out, -1)
+	if len(flows) == 0 {
+		t.Errorf("pcap summary has no queue pairs:\n%s", out)
+	}
+	for _, m := range flows {
+		if m[2] != "0" {
+			t.Errorf("pcap summary: %s", m[0])
+		}
 	}
 	return s
 }
@@ -143,7 +157,7 @@ func TestLabRun(t *testing.T) {
 		"  ok   RC FETCH_ADD 32 x +1", "PSN sequence NAKs sent", "go-back-N retransmissions",
 		"  ok   xroce RC WRITE bandwidth", "  ok   TCP latency",
 		"19 operations checked, all byte-exact", "loss 10% (RC)", "bandwidth, 64 KiB messages/writes", "Gbit/s",
-		"latency, half round trip, median",
+		"latency, half round trip, median", " rc-lat 0x15<->0x15",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)

@@ -23,11 +23,19 @@ const (
 	latDepth      = 16      // receives posted ahead in the ping-pong
 	tcpBuf        = 1 << 16 // bytes per TCP write
 	tcpPort       = 47911
-	latSize       = 8  // bytes of each xroce ping-pong SEND
-	tcpLatSize    = 64 // bytes of each TCP ping-pong message
+	latSize       = 8                     // bytes of each xroce ping-pong SEND
+	latBufSize    = 64 + latDepth*latSize // bytes of each rc-lat QP's buffer: its SEND, then a slot per receive
+	tcpLatSize    = 64                    // bytes of each TCP ping-pong message
 )
 
-// measure runs the bandwidth and latency measurements.
+// measure runs the bandwidth and latency measurements. The pcap gets the
+// first measureFrames frames of each, so the xroce latency ping-pong runs
+// on a QP pair of its own (rc-lat): on the bandwidth's pair its PSNs would
+// follow, in the file, a pause of the recording across the rest of the
+// bandwidth run, which xroce dump, seeing a PSN jump in the pair's
+// requests, has to count as PSNs missing (a pcap file does not say that
+// its writer skipped frames). With a pair per measurement each flow's
+// frames in the pcap are a contiguous prefix of what it sent.
 func (r *labRun) measure() error {
 	if err := r.enter("measure"); err != nil {
 		return err
@@ -109,10 +117,10 @@ func (r *labRun) rdmaBandwidth() (string, error) {
 		gbits(done, el), byteSize(n), bwDepth), nil
 }
 
-// rdmaLatency bounces a latSize-byte SEND between A and B; B answers from
-// its own goroutine.
+// rdmaLatency bounces a latSize-byte SEND between A and B over the rc-lat
+// pair; B answers from its own goroutine.
 func (r *labRun) rdmaLatency() (string, error) {
-	a, b := r.rc[0], r.rc[1]
+	a, b := r.lat[0], r.lat[1]
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	for i := range latDepth {
