@@ -157,7 +157,11 @@ func TestLabRun(t *testing.T) {
 		"  ok   RC FETCH_ADD 32 x +1", "PSN sequence NAKs sent", "go-back-N retransmissions",
 		"  ok   xroce RC WRITE bandwidth", "  ok   TCP latency",
 		"19 operations checked, all byte-exact", "loss 10% (RC)", "bandwidth, 64 KiB messages/writes", "Gbit/s",
-		"latency, half round trip, median", " rc-lat 0x15<->0x15",
+		"latency, half round trip, median", "TCP (kernel, Go net.Conn)",
+		"; blocking waits (CQ.Wait), no busy poll", "; Go net.Conn in this process, same veth",
+		"latency: ping-pongs between A and B over the same veth, both ends in this process; xroce waits",
+		"in CQ.Wait (asleep in poll(2) on the AF_XDP socket, no busy poll), TCP in Go's netpoller",
+		" rc-lat 0x15<->0x15",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -247,7 +251,7 @@ func TestLabBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("xroce lab: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "operations checked, all byte-exact") || !strings.Contains(string(out), "TCP (kernel)") {
+	if !strings.Contains(string(out), "operations checked, all byte-exact") || !strings.Contains(string(out), "TCP (kernel, Go net.Conn)") {
 		t.Errorf("no results table in:\n%s", out)
 	}
 	if strings.Contains(string(out), "tour: each operation") {
