@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/rogue"
@@ -113,9 +114,9 @@ type conformOptions struct {
 	grantOps, denyOps conform.Ops
 }
 
-func runConform(ctx context.Context, e *env, args []string) error {
+func runConform(ctx context.Context, e *base.Env, args []string) error {
 	var o conformOptions
-	fs := newFlagSet(e, "conform", "-d IF {--via TOOL HOST | --serve TOOL} [-q N] [-run RE] [-skip RE] [-v] [-json] [-junit FILE] [-pcap FILE]",
+	fs := base.NewFlagSet(e, "conform", "-d IF {--via TOOL HOST | --serve TOOL} [-q N] [-run RE] [-skip RE] [-v] [-json] [-junit FILE] [-pcap FILE]",
 		conformAbout, conformExamples)
 	fs.StringVar(&o.dev, "d", "", "the network `interface` towards HOST")
 	fs.StringVar(&o.via, "via", "", "the `tool` the device under test runs as a server: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ibv_rc_pingpong, ibv_ud_pingpong, rping")
@@ -140,12 +141,12 @@ func runConform(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.list, "list", false, "list the checks and exit")
 	fs.DurationVar(&o.wait, "wait", 30*time.Second, "how long to retry connecting to the server (restarted between connections)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on each exchange with the server")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if o.list {
-		return conformList(e.stdout)
+		return conformList(e.Stdout)
 	}
 	if err := o.check(pos); err != nil {
 		return err
@@ -163,17 +164,17 @@ func (o *conformOptions) check(pos []string) error {
 	i := slices.IndexFunc(conformTools, func(t conformTool) bool { return t.name == o.via })
 	switch {
 	case len(pos) != 1:
-		return usagef("conform: want one HOST, got %q", pos)
+		return base.Usagef("conform: want one HOST, got %q", pos)
 	case o.via == "":
-		return usagef("conform: --via names what the device under test runs (%s)", conformToolNames())
+		return base.Usagef("conform: --via names what the device under test runs (%s)", conformToolNames())
 	case i < 0:
-		return usagef("conform: --via %q: want one of %s", o.via, conformToolNames())
+		return base.Usagef("conform: --via %q: want one of %s", o.via, conformToolNames())
 	case o.dev == "":
-		return usagef("conform: -d names the interface towards %s", pos[0])
+		return base.Usagef("conform: -d names the interface towards %s", pos[0])
 	case o.qps < 1 || o.qps > 256:
-		return usagef("conform: -q %d: want 1..256", o.qps)
+		return base.Usagef("conform: -q %d: want 1..256", o.qps)
 	case o.mtu != 256 && o.mtu != 512 && o.mtu != 1024 && o.mtu != 2048 && o.mtu != 4096:
-		return usagef("conform: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+		return base.Usagef("conform: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
 	o.host, o.tool = pos[0], conformTools[i]
 	if !o.tool.perftest {
@@ -200,23 +201,23 @@ func (o *conformOptions) checkCommon() error {
 	var err error
 	if o.run != "" {
 		if o.runRE, err = regexp.Compile(o.run); err != nil {
-			return usagef("conform: -run: %v", err)
+			return base.Usagef("conform: -run: %v", err)
 		}
 	}
 	if o.skip != "" {
 		if o.skipRE, err = regexp.Compile(o.skip); err != nil {
-			return usagef("conform: -skip: %v", err)
+			return base.Usagef("conform: -skip: %v", err)
 		}
 	}
 	if o.grantOps, err = parseOps(o.grants); err != nil {
-		return usagef("conform: -grants: %v", err)
+		return base.Usagef("conform: -grants: %v", err)
 	}
 	if o.denyOps, err = parseOps(o.denies); err != nil {
-		return usagef("conform: -denies: %v", err)
+		return base.Usagef("conform: -denies: %v", err)
 	}
 	if o.expect != "" {
 		if o.expected, err = readProfile(o.expect); err != nil {
-			return usagef("conform: -expect: %v", err)
+			return base.Usagef("conform: -expect: %v", err)
 		}
 	}
 	if o.grants == "" {
@@ -487,19 +488,19 @@ func (s *conformSession) close() {
 
 // start selects the checks and opens the puppet's socket; the lines of
 // progress go to the returned writer (stderr with -json).
-func (o *conformOptions) start(e *env) ([]*conform.Check, *puppetLink, io.Writer, error) {
+func (o *conformOptions) start(e *base.Env) ([]*conform.Check, *puppetLink, io.Writer, error) {
 	checks := o.selected()
 	if len(checks) == 0 {
-		return nil, nil, nil, usagef("conform: no check matches -run %q -skip %q", o.run, o.skip)
+		return nil, nil, nil, base.Usagef("conform: no check matches -run %q -skip %q", o.run, o.skip)
 	}
 	pl, err := openPuppetLink(o.dev, o.pcap)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("conform: %w", err)
 	}
 	if o.json {
-		return checks, pl, e.stderr, nil
+		return checks, pl, e.Stderr, nil
 	}
-	return checks, pl, e.stdout, nil
+	return checks, pl, e.Stdout, nil
 }
 
 // skipUnhosted SKIPs check c (the i-th of n) without spending a QP when
@@ -517,11 +518,11 @@ func (o *conformOptions) skipUnhosted(progress io.Writer, rep *conformReport, c 
 
 // reportRun keeps the result of the i-th of n checks, run on the QP qpn,
 // with its progress line and, with -v, its diagram between a and b.
-func (o *conformOptions) reportRun(e *env, progress io.Writer, rep *conformReport, r *conform.Result, i, n int, qpn uint32, a, b netip.Addr) {
+func (o *conformOptions) reportRun(e *base.Env, progress io.Writer, rep *conformReport, r *conform.Result, i, n int, qpn uint32, a, b netip.Addr) {
 	rep.Results = append(rep.Results, *r)
 	fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, n, r.Name, r.Verdict, r.Duration.Seconds(), qpn)
 	if o.verbose && !o.json {
-		conformDiagram(e.stdout, r, a, b)
+		conformDiagram(e.Stdout, r, a, b)
 	}
 }
 
@@ -532,7 +533,7 @@ type conformReport struct {
 	Results []conform.Result `json:"results"`
 }
 
-func conformRun(ctx context.Context, e *env, o *conformOptions) error {
+func conformRun(ctx context.Context, e *base.Env, o *conformOptions) error {
 	checks, pl, progress, err := o.start(e)
 	if err != nil {
 		return err
@@ -596,15 +597,15 @@ func conformRun(ctx context.Context, e *env, o *conformOptions) error {
 // finish reports a run's results (the table or JSON, JUnit, the observed
 // profile, the pcap) and returns its exit status: 1 if a check FAILed,
 // or with -expect, if a verdict differs from the profile.
-func (o *conformOptions) finish(e *env, pl *puppetLink, rep *conformReport) error {
+func (o *conformOptions) finish(e *base.Env, pl *puppetLink, rep *conformReport) error {
 	if o.json {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
 	} else {
-		conformTable(e.stdout, rep.Results)
+		conformTable(e.Stdout, rep.Results)
 	}
 	if o.junit != "" {
 		if err := writeJUnit(o.junit, rep); err != nil {
@@ -620,9 +621,9 @@ func (o *conformOptions) finish(e *env, pl *puppetLink, rep *conformReport) erro
 		return fmt.Errorf("conform: pcap: %w", err)
 	}
 	if o.expect != "" {
-		w := e.stdout
+		w := e.Stdout
 		if o.json {
-			w = e.stderr
+			w = e.Stderr
 		}
 		return o.compareProfile(w, rep.Results)
 	}
@@ -633,7 +634,7 @@ func (o *conformOptions) finish(e *env, pl *puppetLink, rep *conformReport) erro
 func conformExit(rs []conform.Result) error {
 	for _, r := range rs {
 		if r.Verdict == conform.Fail {
-			return status(1)
+			return base.Status(1)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/conform"
 )
 
@@ -101,7 +102,7 @@ func (o *conformOptions) compareProfile(w io.Writer, rs []conform.Result) error 
 	}
 	if len(diff) > 0 {
 		fmt.Fprintf(w, "profile %s: %d of %d checks differ: %s\n", o.expect, len(diff), len(rs), strings.Join(diff, "; "))
-		return status(1)
+		return base.Status(1)
 	}
 	fmt.Fprintf(w, "profile %s: all %d checks as expected\n", o.expect, len(rs))
 	return nil

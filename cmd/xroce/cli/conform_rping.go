@@ -14,6 +14,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/rogue"
 	"github.com/xroce/xroce/mad"
@@ -196,7 +197,7 @@ func cmNeighbor(ctx context.Context, o *conformOptions, host netip.Addr) (netip.
 // conformRunCM runs the responder checks against an rping server: a
 // connection of its own for each check that the server's QP can host
 // (QP numbers from base), disconnected after it.
-func conformRunCM(ctx context.Context, e *env, o *conformOptions, checks []*conform.Check, pl *puppetLink,
+func conformRunCM(ctx context.Context, e *base.Env, o *conformOptions, checks []*conform.Check, pl *puppetLink,
 	progress io.Writer, rep *conformReport, base uint32) error {
 	for i, c := range checks {
 		if ctx.Err() != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/rogue"
@@ -27,21 +28,21 @@ func (o *conformOptions) checkServe(pos []string) error {
 	i := slices.IndexFunc(conformTools, func(t conformTool) bool { return t.name == o.serve })
 	switch {
 	case o.via != "":
-		return usagef("conform: --via and --serve exclude each other")
+		return base.Usagef("conform: --via and --serve exclude each other")
 	case len(pos) != 0:
-		return usagef("conform: --serve takes no HOST (the device under test connects), got %q", pos)
+		return base.Usagef("conform: --serve takes no HOST (the device under test connects), got %q", pos)
 	case i < 0 || !slices.Contains(conformServeTools, o.serve):
-		return usagef("conform: --serve %q: want one of %v", o.serve, conformServeTools)
+		return base.Usagef("conform: --serve %q: want one of %v", o.serve, conformServeTools)
 	case o.dev == "":
-		return usagef("conform: -d names the interface towards the device under test")
+		return base.Usagef("conform: -d names the interface towards the device under test")
 	case o.qps < 1 || o.qps > 256:
-		return usagef("conform: -q %d: want 1..256", o.qps)
+		return base.Usagef("conform: -q %d: want 1..256", o.qps)
 	case o.mtu != 256 && o.mtu != 512 && o.mtu != 1024 && o.mtu != 2048 && o.mtu != 4096:
-		return usagef("conform: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+		return base.Usagef("conform: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	case o.peerTimeout < 0 || o.peerTimeout > 31:
-		return usagef("conform: -peer-timeout %d: want 0..31", o.peerTimeout)
+		return base.Usagef("conform: -peer-timeout %d: want 0..31", o.peerTimeout)
 	case o.peerRetry < -1 || o.peerRetry > 7:
-		return usagef("conform: -peer-retry %d: want 0..7, or -1 for unknown", o.peerRetry)
+		return base.Usagef("conform: -peer-retry %d: want 0..7, or -1 for unknown", o.peerRetry)
 	}
 	o.tool = conformTools[i]
 	return o.checkCommon()
@@ -176,7 +177,7 @@ func (s *serveSession) end() {
 
 // conformServe runs the requester checks: sessions of the tool's client,
 // one QP per check.
-func conformServe(ctx context.Context, e *env, o *conformOptions) error {
+func conformServe(ctx context.Context, e *base.Env, o *conformOptions) error {
 	checks, pl, progress, err := o.start(e)
 	if err != nil {
 		return err
@@ -225,7 +226,7 @@ func conformServe(ctx context.Context, e *env, o *conformOptions) error {
 		rep.Results = append(rep.Results, r)
 		fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, len(checks), c.Name, r.Verdict, r.Duration.Seconds(), s.rem[s.next-1].QPN)
 		if o.verbose && !o.json {
-			conformDiagram(e.stdout, &r, s.local, s.remote)
+			conformDiagram(e.Stdout, &r, s.local, s.remote)
 		}
 		if c.Fatal && r.Verdict != conform.Skip {
 			s.dead = true

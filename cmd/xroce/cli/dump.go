@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
 const dumpAbout = `
@@ -69,10 +70,10 @@ type dumpOptions struct {
 	noSummary bool
 }
 
-func runDump(ctx context.Context, e *env, args []string) error {
+func runDump(ctx context.Context, e *base.Env, args []string) error {
 	var o dumpOptions
 	var iface, write, html string
-	fs := newFlagSet(e, "dump", "[flags] FILE | -i INTERFACE [-w FILE]", dumpAbout, dumpExamples)
+	fs := base.NewFlagSet(e, "dump", "[flags] FILE | -i INTERFACE [-w FILE]", dumpAbout, dumpExamples)
 	fs.BoolVar(&o.verbose, "v", false, "print every header field, with bit diagrams of the BTH and extension headers")
 	fs.BoolVar(&o.hexdump, "x", false, "print each packet's payload in hex")
 	fs.IntVar(&o.count, "c", 0, "stop after `N` RoCE packets (0: all)")
@@ -81,22 +82,22 @@ func runDump(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&iface, "i", "", "capture live from `INTERFACE` (AF_PACKET; RoCE v2 frames only, both directions) until Ctrl-C or -c")
 	fs.StringVar(&write, "w", "", "with -i: also write the captured frames to `FILE` (pcap)")
 	fs.StringVar(&html, "html", "", "also draw the capture as one HTML page in `FILE`: sequence diagrams, PSN graphs, packet list with header drawings")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	switch {
 	case o.count < 0:
-		return usagef("dump: -c must be 0 or more")
+		return base.Usagef("dump: -c must be 0 or more")
 	case iface != "" && len(pos) != 0:
-		return usagef("dump: give a capture file or -i INTERFACE, not both")
+		return base.Usagef("dump: give a capture file or -i INTERFACE, not both")
 	case iface == "" && write != "":
-		return usagef("dump: -w writes a live capture: use it with -i")
+		return base.Usagef("dump: -w writes a live capture: use it with -i")
 	case iface == "" && len(pos) != 1:
 		fs.Usage()
-		return usagef("dump: want exactly one capture file, got %d", len(pos))
+		return base.Usagef("dump: want exactly one capture file, got %d", len(pos))
 	}
-	d := newDumper(e.stdout, o)
+	d := newDumper(e.Stdout, o)
 	name := iface
 	if iface == "" {
 		name = pos[0]
@@ -602,32 +603,4 @@ func indent(s, prefix string) string {
 		}
 	}
 	return b.String()
-}
-
-// parseInterspersed parses flags that may come before or after the
-// positional arguments, as tcpdump and the perftest tools allow, and returns
-// the positional ones. "--" ends the flags.
-func parseInterspersed(fs interface {
-	Parse([]string) error
-	Args() []string
-	Name() string
-}, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, errHelp) {
-				return nil, err
-			}
-			return nil, usagef("%s: %v", fs.Name(), err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }

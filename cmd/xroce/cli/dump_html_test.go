@@ -16,6 +16,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/viz"
 )
 
@@ -337,7 +338,7 @@ func TestDumpHTMLBrowser(t *testing.T) {
 			want := expect(buildPage(t, tc.capture))
 			for k, v := range map[string]int{"arrows": want.arrows, "gaps": want.gaps, "waits": want.waits,
 				"diagrams": want.diagrams, "rows": want.rows, "packets": want.rows} {
-				if atoi(got[k]) != v {
+				if base.Atoi(got[k]) != v {
 					t.Errorf("%s: %s, want %d", k, got[k], v)
 				}
 			}
@@ -345,7 +346,7 @@ func TestDumpHTMLBrowser(t *testing.T) {
 			if tc.pkt > 0 {
 				selected = 1
 			}
-			if atoi(got["selected"]) != selected || got["fieldnames"] != tc.headers || atoi(got["fields"]) != tc.fields {
+			if base.Atoi(got["selected"]) != selected || got["fieldnames"] != tc.headers || base.Atoi(got["fields"]) != tc.fields {
 				t.Errorf("#pkt=%d: %s rows selected, headers %q with %s boxes; want %d, %q, %d",
 					tc.pkt, got["selected"], got["fieldnames"], got["fields"], selected, tc.headers, tc.fields)
 			}

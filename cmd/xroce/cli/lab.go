@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/statsock"
 )
 
@@ -153,7 +154,7 @@ func (f lossFlag) Set(s string) error {
 	return nil
 }
 
-func runLab(ctx context.Context, e *env, args []string) error {
+func runLab(ctx context.Context, e *base.Env, args []string) error {
 	o := labOptions{
 		duration: 2 * time.Second,
 		sizes:    []int{64, 4096},
@@ -165,7 +166,7 @@ func runLab(ctx context.Context, e *env, args []string) error {
 		pcap:     "lab.pcap",
 		statDir:  statsock.DefaultDir,
 	}
-	fs := newFlagSet(e, "lab", "[flags]", labAbout, labExamples)
+	fs := base.NewFlagSet(e, "lab", "[flags]", labAbout, labExamples)
 	fs.DurationVar(&o.duration, "duration", o.duration, "length of each bandwidth and latency measurement (0: no measurements)")
 	fs.Var(sizesFlag{&o.sizes}, "sizes", "message sizes of the tour, comma-separated (k and M suffixes)")
 	fs.Var(sizeFlag{&o.size}, "size", "message size of the bandwidth measurement")
@@ -177,7 +178,7 @@ func runLab(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.html, "html", "", "afterwards, draw the --pcap capture as one HTML page in `FILE` (as xroce dump --html)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the results table")
 	fs.StringVar(&o.statDir, "stat-dir", o.statDir, "serve counters to 'xroce stat' on a socket in `DIR` (\"\": no socket)")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
@@ -186,27 +187,27 @@ func runLab(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case len(pos) > 0:
-		return usagef("lab: unexpected argument %q", pos[0])
+		return base.Usagef("lab: unexpected argument %q", pos[0])
 	case o.duration < 0 || o.duration > time.Minute:
-		return usagef("lab: --duration %v out of range 0..1m", o.duration)
+		return base.Usagef("lab: --duration %v out of range 0..1m", o.duration)
 	case len(o.sizes) == 0 || len(o.sizes) > 16:
-		return usagef("lab: --sizes wants 1 to 16 sizes")
+		return base.Usagef("lab: --sizes wants 1 to 16 sizes")
 	case o.size < 1 || o.size > 16<<20:
-		return usagef("lab: --size %d out of range 1..16M", o.size)
+		return base.Usagef("lab: --size %d out of range 1..16M", o.size)
 	case o.mtu < 576 || o.mtu > 9000:
-		return usagef("lab: --mtu %d out of range 576..9000", o.mtu)
+		return base.Usagef("lab: --mtu %d out of range 576..9000", o.mtu)
 	case o.queues < 1 || o.queues > 8:
-		return usagef("lab: --queues %d out of range 1..8", o.queues)
+		return base.Usagef("lab: --queues %d out of range 1..8", o.queues)
 	case !(o.loss >= 0 && o.loss <= 0.5):
-		return usagef("lab: --loss %v out of range 0..0.5 (50%%)", o.loss)
+		return base.Usagef("lab: --loss %v out of range 0..0.5 (50%%)", o.loss)
 	case o.trace < 0 || o.trace > 100000:
-		return usagef("lab: --trace %d out of range 0..100000", o.trace)
+		return base.Usagef("lab: --trace %d out of range 0..100000", o.trace)
 	case o.html != "" && o.pcap == "":
-		return usagef("lab: --html draws the frames of --pcap: give it a file")
+		return base.Usagef("lab: --html draws the frames of --pcap: give it a file")
 	}
 	for _, n := range o.sizes {
 		if n > 4<<20 {
-			return usagef("lab: tour size %d above 4M", n)
+			return base.Usagef("lab: tour size %d above 4M", n)
 		}
 	}
 	err = lab(ctx, e, o)
@@ -217,7 +218,7 @@ func runLab(ctx context.Context, e *env, args []string) error {
 }
 
 // labHTML draws the lab's capture, with its hosts named A and B.
-func labHTML(e *env, o labOptions) error {
+func labHTML(e *base.Env, o labOptions) error {
 	d := newDumper(io.Discard, dumpOptions{quiet: true})
 	d.html = newHTMLPage(o.pcap, "xroce lab: the tour, the loss phase and the first frames of each measurement", labNames())
 	if err := d.file(o.pcap); err != nil {
@@ -227,7 +228,7 @@ func labHTML(e *env, o labOptions) error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	if !o.quiet {
-		fmt.Fprintf(e.stdout, "  %-34s the pcap drawn: sequence diagrams, PSN graphs, headers bit by bit\n", "html "+o.html)
+		fmt.Fprintf(e.Stdout, "  %-34s the pcap drawn: sequence diagrams, PSN graphs, headers bit by bit\n", "html "+o.html)
 	}
 	return nil
 }

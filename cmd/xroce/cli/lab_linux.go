@@ -21,6 +21,7 @@ import (
 
 	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/pcaptap"
 	"github.com/xroce/xroce/internal/statsock"
@@ -61,7 +62,7 @@ type labQP struct {
 type labRun struct {
 	ctx  context.Context
 	o    labOptions
-	e    *env
+	e    *base.Env
 	out  io.Writer // stdout, io.Discard with --quiet
 	tty  bool      // stderr is a terminal: progress lines
 	pair *netns.Pair
@@ -101,12 +102,12 @@ type labResults struct {
 	measured, rdmaMeasured, tcpLatDone bool
 }
 
-func lab(ctx context.Context, e *env, o labOptions) (err error) {
-	r := &labRun{ctx: ctx, o: o, e: e, out: e.stdout, started: time.Now()}
+func lab(ctx context.Context, e *base.Env, o labOptions) (err error) {
+	r := &labRun{ctx: ctx, o: o, e: e, out: e.Stdout, started: time.Now()}
 	if o.quiet {
 		r.out = io.Discard
 	}
-	if f, ok := e.stderr.(*os.File); ok && !o.quiet {
+	if f, ok := e.Stderr.(*os.File); ok && !o.quiet {
 		_, terr := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 		r.tty = terr == nil
 	}
@@ -235,7 +236,7 @@ func (r *labRun) setup() error {
 	if r.o.statDir != "" {
 		s, err := statsock.Listen(r.o.statDir, r.snapshot)
 		if err != nil {
-			fmt.Fprintf(r.e.stderr, "xroce lab: no counters for xroce stat: %v\n", err)
+			fmt.Fprintf(r.e.Stderr, "xroce lab: no counters for xroce stat: %v\n", err)
 		} else {
 			r.stat = s
 		}
@@ -409,14 +410,14 @@ func (r *labRun) takeKept() []traceFrame {
 // progress shows how a long phase goes, on a terminal only.
 func (r *labRun) progress(format string, args ...any) {
 	if r.tty {
-		fmt.Fprintf(r.e.stderr, "\r  "+format+"\033[K", args...)
+		fmt.Fprintf(r.e.Stderr, "\r  "+format+"\033[K", args...)
 	}
 }
 
 // progressDone clears the progress line.
 func (r *labRun) progressDone() {
 	if r.tty {
-		fmt.Fprint(r.e.stderr, "\r\033[K")
+		fmt.Fprint(r.e.Stderr, "\r\033[K")
 	}
 }
 

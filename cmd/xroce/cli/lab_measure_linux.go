@@ -437,7 +437,7 @@ func latencyLine(lat []time.Duration, size int) string {
 
 // report prints the results table.
 func (r *labRun) report() {
-	w := r.e.stdout
+	w := r.e.Stdout
 	res := &r.res
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "results (veth MTU %d, RoCE MTU %d, %s per device, AF_XDP %s mode)\n", r.o.mtu,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bpf"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -104,9 +105,9 @@ type perfOptions struct {
 
 // perfModes are perf tests that are not perftest's: each parses its own
 // flags (files register them from init).
-var perfModes = map[string]func(ctx context.Context, e *env, args []string) error{}
+var perfModes = map[string]func(ctx context.Context, e *base.Env, args []string) error{}
 
-func runPerf(ctx context.Context, e *env, args []string) error {
+func runPerf(ctx context.Context, e *base.Env, args []string) error {
 	if len(args) > 0 {
 		if run, ok := perfModes[args[0]]; ok {
 			return run(ctx, e, args[1:])
@@ -116,7 +117,7 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 		atomicType: "FETCH_AND_ADD", tos: -1, retry: perfRetryCount}
 	var cpuFreq bool
 	var ibPort int
-	fs := newFlagSet(e, "perf", "TEST [flags] [HOST]", perfAbout, perfExamples)
+	fs := base.NewFlagSet(e, "perf", "TEST [flags] [HOST]", perfAbout, perfExamples)
 	fs.IntVar(&o.size, "s", o.size, "message size in `bytes` (default 65536 for bandwidth, 2 for latency, 8 for atomics)")
 	fs.IntVar(&o.iters, "n", o.iters, "`iterations` (default 5000 for bandwidth, 1000 for latency)")
 	fs.IntVar(&o.duration, "D", 0, "run for `seconds` instead of a number of iterations")
@@ -149,13 +150,13 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 		f := fs.Lookup(a[0])
 		fs.Var(f.Value, a[1], "same as -"+a[0])
 	}
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
 		fs.Usage()
-		return usagef("perf: name a test: %s", perfTestNames())
+		return base.Usagef("perf: name a test: %s", perfTestNames())
 	}
 	for _, t := range perfTests {
 		if t.name == pos[0] {
@@ -163,16 +164,16 @@ func runPerf(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if o.test.name == "" {
-		return usagef("perf: unknown test %q: want one of %s", pos[0], perfTestNames())
+		return base.Usagef("perf: unknown test %q: want one of %s", pos[0], perfTestNames())
 	}
 	if len(pos) > 2 {
-		return usagef("perf: at most one HOST after the test, got %q", pos[1:])
+		return base.Usagef("perf: at most one HOST after the test, got %q", pos[1:])
 	}
 	if len(pos) == 2 {
 		o.host = pos[1]
 	}
 	if ibPort != 1 {
-		return usagef("perf: -i %d: an xroce device has one port, 1", ibPort)
+		return base.Usagef("perf: -i %d: an xroce device has one port, 1", ibPort)
 	}
 	if err := o.check(); err != nil {
 		return err
@@ -199,7 +200,7 @@ func (o *perfOptions) check() error {
 	switch o.perftest {
 	case "auto", "4.5", "25.01":
 	default:
-		return usagef("perf: --perftest %q: want 4.5, 25.01 or auto", o.perftest)
+		return base.Usagef("perf: --perftest %q: want 4.5, 25.01 or auto", o.perftest)
 	}
 	t := o.test
 	def := func(v *int, bw, lat int) {
@@ -221,50 +222,50 @@ func (o *perfOptions) check() error {
 	o.conn = strings.ToUpper(o.conn)
 	switch {
 	case o.conn != "RC" && o.conn != "UC" && o.conn != "UD":
-		return usagef("perf: -c %s: want RC, UC or UD", o.conn)
+		return base.Usagef("perf: -c %s: want RC, UC or UD", o.conn)
 	case o.conn == "UD" && t.verb != perftest.Send:
-		return usagef("perf: %s needs -c RC or UC: UD has SENDs only", t.name)
+		return base.Usagef("perf: %s needs -c RC or UC: UD has SENDs only", t.name)
 	case o.conn == "UC" && (t.verb == perftest.Read || t.verb == perftest.Atomic):
-		return usagef("perf: %s needs -c RC: UC has no READ or atomics", t.name)
+		return base.Usagef("perf: %s needs -c RC: UC has no READ or atomics", t.name)
 	case o.size < 1 || o.size > 1<<30:
-		return usagef("perf: -s %d: want 1..%d bytes", o.size, 1<<30)
+		return base.Usagef("perf: -s %d: want 1..%d bytes", o.size, 1<<30)
 	case o.iters < 5 && o.duration == 0:
-		return usagef("perf: -n %d: want at least 5 iterations", o.iters)
+		return base.Usagef("perf: -n %d: want at least 5 iterations", o.iters)
 	case o.duration < 0:
-		return usagef("perf: -D %d: want a number of seconds", o.duration)
+		return base.Usagef("perf: -D %d: want a number of seconds", o.duration)
 	case o.duration > 0 && o.all:
-		return usagef("perf: -D and -a do not go together")
+		return base.Usagef("perf: -D and -a do not go together")
 	case o.qps < 1 || o.qps > perfMaxQPs:
-		return usagef("perf: -q %d: want 1..%d QPs", o.qps, perfMaxQPs)
+		return base.Usagef("perf: -q %d: want 1..%d QPs", o.qps, perfMaxQPs)
 	case o.qps > 1 && t.lat:
-		return usagef("perf: latency tests use one QP: leave out -q")
+		return base.Usagef("perf: latency tests use one QP: leave out -q")
 	case o.txDepth < 1 || o.txDepth > 8192:
-		return usagef("perf: -t %d: want 1..8192", o.txDepth)
+		return base.Usagef("perf: -t %d: want 1..8192", o.txDepth)
 	case o.rxDepth < 1 || o.rxDepth > 8192:
-		return usagef("perf: -r %d: want 1..8192", o.rxDepth)
+		return base.Usagef("perf: -r %d: want 1..8192", o.rxDepth)
 	case o.cqMod < 1 || o.cqMod > 1024:
-		return usagef("perf: -Q %d: want 1..1024", o.cqMod)
+		return base.Usagef("perf: -Q %d: want 1..1024", o.cqMod)
 	case o.mtu != 0 && mtuFromBytes(o.mtu) == 0:
-		return usagef("perf: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+		return base.Usagef("perf: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	case o.gid < -1 || o.gid > 255:
-		return usagef("perf: -x %d: want a GID index 0..255", o.gid)
+		return base.Usagef("perf: -x %d: want a GID index 0..255", o.gid)
 	case o.port < 1 || o.port > 65535:
-		return usagef("perf: -p %d: want a TCP port 1..65535", o.port)
+		return base.Usagef("perf: -p %d: want a TCP port 1..65535", o.port)
 	case o.atomicType != "FETCH_AND_ADD" && o.atomicType != "CMP_AND_SWAP":
-		return usagef("perf: -A %s: want FETCH_AND_ADD or CMP_AND_SWAP", o.atomicType)
+		return base.Usagef("perf: -A %s: want FETCH_AND_ADD or CMP_AND_SWAP", o.atomicType)
 	case o.timeout <= 0:
-		return usagef("perf: -timeout %v: want a positive duration", o.timeout)
+		return base.Usagef("perf: -timeout %v: want a positive duration", o.timeout)
 	case o.rdmaCM && o.conn == "UC":
-		return usagef("perf: -R with -c UC: UC is not supported in librdmacm (perftest refuses it too): use -c RC, or leave out -R")
+		return base.Usagef("perf: -R with -c UC: UC is not supported in librdmacm (perftest refuses it too): use -c RC, or leave out -R")
 	case o.tos != -1 && !o.rdmaCM:
-		return usagef("perf: -T %d: TOS is only valid for rdma_cm QPs: add -R", o.tos)
+		return base.Usagef("perf: -T %d: TOS is only valid for rdma_cm QPs: add -R", o.tos)
 	case o.tos < -1 || o.tos > 255:
-		return usagef("perf: -T %d: want a type of service 0..255", o.tos)
+		return base.Usagef("perf: -T %d: want a type of service 0..255", o.tos)
 	case o.retry < 0:
-		return usagef("perf: --retry_count %d: want 0 or more", o.retry)
+		return base.Usagef("perf: --retry_count %d: want 0 or more", o.retry)
 	}
 	if t.verb == perftest.Atomic && o.all {
-		return usagef("perf: atomics are 8 bytes: leave out -a")
+		return base.Usagef("perf: atomics are 8 bytes: leave out -a")
 	}
 	if o.duration == 0 && !t.lat {
 		o.txDepth = min(o.txDepth, o.iters)
@@ -298,7 +299,7 @@ func (r *perfRun) sizes() []int {
 // perfRun is one end of a test.
 type perfRun struct {
 	o       *perfOptions
-	e       *env
+	e       *base.Env
 	server  bool
 	dev     *roce.Device
 	conn    *perftest.Conn
@@ -320,11 +321,11 @@ type perfRun struct {
 	wcs     [64]roce.WC
 }
 
-func perf(ctx context.Context, e *env, o *perfOptions) error {
+func perf(ctx context.Context, e *base.Env, o *perfOptions) error {
 	// Bandwidth tests wait in CQ.Wait (see waitCQ); latency tests
 	// busy-poll and receive themselves (pollCQ, waitWrite).
 	var cfg roce.Config
-	nd, err := openNICDevice(e.stderr, o.dev, o.host, "perf", cfg)
+	nd, err := openNICDevice(e.Stderr, o.dev, o.host, "perf", cfg)
 	if err != nil {
 		return err
 	}
@@ -350,7 +351,7 @@ func perf(ctx context.Context, e *env, o *perfOptions) error {
 		return nil
 	}
 	if r.server {
-		fmt.Fprint(e.stdout, perfWaiting)
+		fmt.Fprint(e.Stdout, perfWaiting)
 	}
 	tcp, err := ppDial(setup, o.host, o.port, "perf")
 	if err != nil {
@@ -398,7 +399,7 @@ func (r *perfRun) run(ctx context.Context) error {
 // test runs perftest's sequence of exchanges for the test and the test.
 func (r *perfRun) test(ctx context.Context) error {
 	o := r.o
-	w := r.e.stdout
+	w := r.e.Stdout
 	r.info()
 	lat := o.test.lat
 	if lat && o.test.verb != perftest.Send {

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/nic"
 )
 
@@ -22,7 +23,7 @@ func (o *perfOptions) addCCFlags(fs *flag.FlagSet) {
 // checkCC validates the congestion control flags.
 func (o *perfOptions) checkCC() error {
 	if o.markCE < 0 || o.markCE > 1 {
-		return usagef("perf: --mark-ce %v: want a fraction from 0 to 1", o.markCE)
+		return base.Usagef("perf: --mark-ce %v: want a fraction from 0 to 1", o.markCE)
 	}
 	return nil
 }
@@ -73,5 +74,5 @@ func (r *perfRun) reportCCAfter() {
 		}
 		line += fmt.Sprintf(" xdp_marked_ce %s (--mark-ce %g)", marked, r.o.markCE)
 	}
-	fmt.Fprintln(r.e.stderr, line)
+	fmt.Fprintln(r.e.Stderr, line)
 }

@@ -61,7 +61,7 @@ func (r *perfRun) start() error {
 		if o.sizeSet && !o.all {
 			return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d bytes)", o.size, r.mtu.Bytes())
 		}
-		fmt.Fprintf(r.e.stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", r.mtu.Bytes())
+		fmt.Fprintf(r.e.Stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", r.mtu.Bytes())
 		o.size = r.mtu.Bytes()
 	}
 	return nil
@@ -77,7 +77,7 @@ func (r *perfRun) hsAll(print bool) error {
 		}
 		r.rem[i] = d
 		if print {
-			perftest.PrintDest(r.e.stdout, &r.rem[i], true, r.destVerb())
+			perftest.PrintDest(r.e.Stdout, &r.rem[i], true, r.destVerb())
 		}
 	}
 	return nil
@@ -160,7 +160,7 @@ func (r *perfRun) serverWait(wait time.Duration, bw bool) error {
 		if err != nil {
 			return err
 		}
-		r.style.PrintBW(r.e.stdout, rep, r.o.gbits)
+		r.style.PrintBW(r.e.Stdout, rep, r.o.gbits)
 		r.deadline(r.o.timeout)
 		if err := r.conn.Close(&r.my[0]); err != nil {
 			return err
@@ -171,6 +171,6 @@ func (r *perfRun) serverWait(wait time.Duration, bw bool) error {
 			return err
 		}
 	}
-	io.WriteString(r.e.stdout, perftest.ResultLine)
+	io.WriteString(r.e.Stdout, perftest.ResultLine)
 	return nil
 }

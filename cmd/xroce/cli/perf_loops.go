@@ -19,7 +19,7 @@ import (
 // barrier tells the client they are there, then the run.
 func (r *perfRun) sendTest(ctx context.Context, wait time.Duration) error {
 	o := r.o
-	w := r.e.stdout
+	w := r.e.Stdout
 	if o.test.lat {
 		perftest.PrintLatHeader(w, o.duration > 0)
 	} else {
@@ -144,7 +144,7 @@ func (r *perfRun) bandwidth(ctx context.Context, size int) (perftest.BWReport, e
 	var first time.Duration = -1
 	var last time.Duration
 	var done int
-	prog := newProgress(r.e.stderr, o.test.name)
+	prog := newProgress(r.e.Stderr, o.test.name)
 	stopped := false
 	for {
 		if o.duration > 0 && !stopped && time.Now().After(end) {
@@ -234,7 +234,7 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 		total = 0
 		end = origin.Add(time.Duration(o.duration)*time.Second + o.timeout)
 	}
-	prog := newProgress(r.e.stderr, o.test.name)
+	prog := newProgress(r.e.Stderr, o.test.name)
 	done := 0
 	for total == 0 || done < total {
 		if o.duration > 0 && time.Now().After(end) {
@@ -246,7 +246,7 @@ func (r *perfRun) receiveBW(ctx context.Context, size int) (perftest.BWReport, e
 				break // the client stopped sending
 			}
 			if o.conn == "UD" && done > 0 && ctx.Err() == nil {
-				fmt.Fprintf(r.e.stderr, "perf: %s: %d of %d messages lost (UD does not retransmit)\n", o.test.name, total-done, total)
+				fmt.Fprintf(r.e.Stderr, "perf: %s: %d of %d messages lost (UD does not retransmit)\n", o.test.name, total-done, total)
 				break
 			}
 			return perftest.BWReport{}, fmt.Errorf("after %d of %d receives: %w", done, total, err)
@@ -300,7 +300,7 @@ func (r *perfRun) latency(ctx context.Context, size int) error {
 	}
 	var posted []time.Duration
 	origin := time.Now()
-	r.prog = newProgress(r.e.stderr, o.test.name)
+	r.prog = newProgress(r.e.Stderr, o.test.name)
 	var err error
 	var n int
 	switch o.test.verb {
@@ -316,10 +316,10 @@ func (r *perfRun) latency(ctx context.Context, size int) error {
 	}
 	rtt := o.test.verb != perftest.Read
 	if o.duration > 0 {
-		perftest.PrintLatDuration(r.e.stdout, size, n, time.Since(origin), rtt)
+		perftest.PrintLatDuration(r.e.Stdout, size, n, time.Since(origin), rtt)
 		return nil
 	}
-	perftest.PrintLat(r.e.stdout, perftest.Latency(size, posted, rtt))
+	perftest.PrintLat(r.e.Stdout, perftest.Latency(size, posted, rtt))
 	return nil
 }
 

@@ -29,13 +29,13 @@ func (r *perfRun) info() {
 	if in.GIDIndex < 0 {
 		in.GIDIndex = int(r.my[0].GIDIndex)
 	}
-	perftest.PrintInfo(r.e.stdout, &in)
+	perftest.PrintInfo(r.e.Stdout, &in)
 }
 
 // printLocal prints this side's addresses.
 func (r *perfRun) printLocal() {
 	for i := range r.my {
-		perftest.PrintDest(r.e.stdout, &r.my[i], false, r.destVerb())
+		perftest.PrintDest(r.e.Stdout, &r.my[i], false, r.destVerb())
 	}
 }
 

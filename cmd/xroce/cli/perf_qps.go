@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -61,10 +62,10 @@ type pqOptions struct {
 	profile  string
 }
 
-func runPerfQPs(ctx context.Context, e *env, args []string) error {
+func runPerfQPs(ctx context.Context, e *base.Env, args []string) error {
 	o := pqOptions{port: 18515}
 	var qs, ss string
-	fs := newFlagSet(e, "perf qps", "[flags]", perfQPsAbout, perfQPsExamples)
+	fs := base.NewFlagSet(e, "perf qps", "[flags]", perfQPsAbout, perfQPsExamples)
 	fs.StringVar(&qs, "q", "1,16,256,1024,4096", "`numbers` of QPs, comma-separated, in increasing order")
 	fs.StringVar(&ss, "s", "4096,65536", "message `sizes` in bytes, comma-separated")
 	fs.DurationVar(&o.duration, "D", 4*time.Second, "`duration` of each measurement (whole seconds count for fairness)")
@@ -74,28 +75,28 @@ func runPerfQPs(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.statDir, "stat-dir", statsock.DefaultDir, "publish counters for 'xroce stat' in `dir` while running (empty: do not)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up when nothing completes this `long`")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measurements to `file` (go tool pprof)")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("perf qps: makes its own link: no HOST (got %q)", pos)
+		return base.Usagef("perf qps: makes its own link: no HOST (got %q)", pos)
 	}
 	if o.qps, err = intList(qs); err != nil || !slices.IsSorted(o.qps) || o.qps[0] < 1 || o.qps[len(o.qps)-1] > perfMaxQPs {
-		return usagef("perf qps: -q %s: want increasing numbers of QPs, 1..%d", qs, perfMaxQPs)
+		return base.Usagef("perf qps: -q %s: want increasing numbers of QPs, 1..%d", qs, perfMaxQPs)
 	}
 	if o.sizes, err = intList(ss); err != nil || slices.Min(o.sizes) < 1 || slices.Max(o.sizes) > 16<<20 {
-		return usagef("perf qps: -s %s: want sizes of 1..%d bytes", ss, 16<<20)
+		return base.Usagef("perf qps: -s %s: want sizes of 1..%d bytes", ss, 16<<20)
 	}
 	switch {
 	case o.duration < time.Second:
-		return usagef("perf qps: -D %v: want at least 1s", o.duration)
+		return base.Usagef("perf qps: -D %v: want at least 1s", o.duration)
 	case o.depth < 1 || o.depth > 1024:
-		return usagef("perf qps: -t %d: want 1..1024", o.depth)
+		return base.Usagef("perf qps: -t %d: want 1..1024", o.depth)
 	case o.port < 1 || o.port > 65535:
-		return usagef("perf qps: -p %d: want a port 1..65535", o.port)
+		return base.Usagef("perf qps: -p %d: want a port 1..65535", o.port)
 	case o.timeout <= 0:
-		return usagef("perf qps: -timeout %v: want a positive duration", o.timeout)
+		return base.Usagef("perf qps: -timeout %v: want a positive duration", o.timeout)
 	}
 	return perfQPs(ctx, e, &o)
 }
@@ -117,7 +118,7 @@ func intList(s string) ([]int, error) {
 // whole second for xroce stat.
 type pqRun struct {
 	o        *pqOptions
-	e        *env
+	e        *base.Env
 	pair     *netns.Pair
 	da, db   *roce.Device
 	pa, pb   *roce.PD
@@ -142,7 +143,7 @@ type pqRun struct {
 	wcs [256]roce.WC
 }
 
-func perfQPs(ctx context.Context, e *env, o *pqOptions) (err error) {
+func perfQPs(ctx context.Context, e *base.Env, o *pqOptions) (err error) {
 	r := &pqRun{o: o, e: e, started: time.Now()}
 	r.phase.Store("setting up")
 	if r.pair, err = netns.New(netns.Config{}); err != nil {
@@ -163,9 +164,9 @@ func perfQPs(ctx context.Context, e *env, o *pqOptions) (err error) {
 	if o.cm {
 		how = "RDMA CM"
 	}
-	fmt.Fprintf(e.stdout, "xroce perf qps: %s -> %s over a veth pair, %s %s, RoCE MTU %d, %d WRITEs outstanding a QP, %v a row, QPs connected by %s\n\n",
+	fmt.Fprintf(e.Stdout, "xroce perf qps: %s -> %s over a veth pair, %s %s, RoCE MTU %d, %d WRITEs outstanding a QP, %v a row, QPs connected by %s\n\n",
 		r.pair.A.IP, r.pair.B.IP, info.Datapath, info.Mode, info.ActiveMTU.Bytes(), o.depth, o.duration, how)
-	fmt.Fprintf(e.stdout, "%7s %9s %10s %8s %7s %9s %10s %9s %8s\n", "QPs", "size", "Gbit/s", "ratio", "Jain", "slowest", "setup/s", "timeouts", "retrans")
+	fmt.Fprintf(e.Stdout, "%7s %9s %10s %8s %7s %9s %10s %9s %8s\n", "QPs", "size", "Gbit/s", "ratio", "Jain", "slowest", "setup/s", "timeouts", "retrans")
 	if o.profile != "" {
 		f, err := os.Create(o.profile)
 		if err != nil {
@@ -201,7 +202,7 @@ func perfQPs(ctx context.Context, e *env, o *pqOptions) (err error) {
 				setupCol = fmt.Sprintf("%.0f", setup)
 				add = 0
 			}
-			fmt.Fprintf(e.stdout, "%7d %9d %10.2f %7.2fx %7.3f %9.2f %10s %9d %8d\n", nq, size, res.gbps, res.gbps/first[size],
+			fmt.Fprintf(e.Stdout, "%7d %9d %10.2f %7.2fx %7.3f %9.2f %10s %9d %8d\n", nq, size, res.gbps, res.gbps/first[size],
 				res.jain, res.slowest, setupCol, res.timeouts, res.retrans)
 		}
 	}
@@ -214,10 +215,10 @@ func perfQPs(ctx context.Context, e *env, o *pqOptions) (err error) {
 func (r *pqRun) setup() error {
 	p := r.pair
 	var cfg roce.Config
-	if err := p.A.Do(func() (err error) { r.da, err = openNIC(r.e.stderr, "perf qps", p.A.Ifname, cfg); return err }); err != nil {
+	if err := p.A.Do(func() (err error) { r.da, err = openNIC(r.e.Stderr, "perf qps", p.A.Ifname, cfg); return err }); err != nil {
 		return err
 	}
-	if err := p.B.Do(func() (err error) { r.db, err = openNIC(r.e.stderr, "perf qps", p.B.Ifname, cfg); return err }); err != nil {
+	if err := p.B.Do(func() (err error) { r.db, err = openNIC(r.e.Stderr, "perf qps", p.B.Ifname, cfg); return err }); err != nil {
 		return err
 	}
 	var err error

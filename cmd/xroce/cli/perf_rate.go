@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/perftest"
 )
 
@@ -47,19 +48,19 @@ func (p *perfRate) check(o *perfOptions) error {
 	p.typ = strings.ToUpper(p.typ)
 	switch {
 	case p.limit < 0:
-		return usagef("perf: --rate_limit %v: want a rate", p.limit)
+		return base.Usagef("perf: --rate_limit %v: want a rate", p.limit)
 	case p.units != "M" && p.units != "g" && p.units != "p":
-		return usagef("perf: --rate_units %q: want M, g or p", p.units)
+		return base.Usagef("perf: --rate_units %q: want M, g or p", p.units)
 	case p.burst < 0:
-		return usagef("perf: --burst_size %d: want a number of messages", p.burst)
+		return base.Usagef("perf: --burst_size %d: want a number of messages", p.burst)
 	case p.burst > 0 && p.limit == 0:
-		return usagef("perf: --burst_size needs --rate_limit (perftest: can't enable burst mode when rate limiter is off)")
+		return base.Usagef("perf: --burst_size needs --rate_limit (perftest: can't enable burst mode when rate limiter is off)")
 	case p.typ == "PP":
-		return usagef("perf: --rate_limit_type PP: packet pacing is for Raw Ethernet QPs only")
+		return base.Usagef("perf: --rate_limit_type PP: packet pacing is for Raw Ethernet QPs only")
 	case p.typ != "SW" && p.typ != "HW":
-		return usagef("perf: --rate_limit_type %q: want SW or HW", p.typ)
+		return base.Usagef("perf: --rate_limit_type %q: want SW or HW", p.typ)
 	case p.limit > 0 && (o.test.lat || o.test.verb == perftest.Atomic):
-		return usagef("perf: --rate_limit: the rate limiter is for bandwidth tests other than atomic_bw (as perftest's)")
+		return base.Usagef("perf: --rate_limit: the rate limiter is for bandwidth tests other than atomic_bw (as perftest's)")
 	}
 	if p.limit > 0 && p.burst == 0 {
 		p.burst = o.txDepth

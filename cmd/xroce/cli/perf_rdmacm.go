@@ -269,7 +269,7 @@ func (r *perfRun) cmControl(ctx, setup context.Context) error {
 			return fmt.Errorf("perf: couldn't listen to rdma_cm port %d: %w", o.port, err)
 		}
 		defer l.Close()
-		fmt.Fprint(r.e.stdout, perfWaiting)
+		fmt.Fprint(r.e.Stdout, perfWaiting)
 		req, err := l.Accept(setup)
 		if err != nil {
 			if setup.Err() != nil {

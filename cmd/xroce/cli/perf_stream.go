@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
@@ -73,9 +74,9 @@ type psOptions struct {
 	timeout  time.Duration
 }
 
-func runPerfStream(ctx context.Context, e *env, args []string) error {
+func runPerfStream(ctx context.Context, e *base.Env, args []string) error {
 	o := psOptions{port: 18515, tcp: true, rsocket: true, lat: true, bw: true}
-	fs := newFlagSet(e, "perf stream", "[flags] [HOST]", perfStreamAbout, perfStreamExamples)
+	fs := base.NewFlagSet(e, "perf stream", "[flags] [HOST]", perfStreamAbout, perfStreamExamples)
 	fs.StringVar(&o.dev, "d", "", "network `interface` to use (default: the route's to HOST, or the only one with an address)")
 	fs.IntVar(&o.port, "p", o.port, "TCP `port` of the control connection")
 	fs.IntVar(&o.iters, "n", 0, "`iterations`: writes per size (default 256 MiB worth) and ping-pong round trips (default 10000)")
@@ -94,12 +95,12 @@ func runPerfStream(ctx context.Context, e *env, args []string) error {
 		f := fs.Lookup(a[0])
 		fs.Var(f.Value, a[1], "same as -"+a[0])
 	}
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 1 {
-		return usagef("perf stream: at most one HOST, got %q", pos)
+		return base.Usagef("perf stream: at most one HOST, got %q", pos)
 	}
 	if len(pos) == 1 {
 		o.host = pos[0]
@@ -119,27 +120,27 @@ func runPerfStream(ctx context.Context, e *env, args []string) error {
 func (o *psOptions) check() error {
 	switch {
 	case o.iters < 0 || o.iters > 0 && o.iters < 5:
-		return usagef("perf stream: -n %d: want at least 5 iterations", o.iters)
+		return base.Usagef("perf stream: -n %d: want at least 5 iterations", o.iters)
 	case o.duration < 0:
-		return usagef("perf stream: -D %d: want a number of seconds", o.duration)
+		return base.Usagef("perf stream: -D %d: want a number of seconds", o.duration)
 	case o.iters > 0 && o.duration > 0:
-		return usagef("perf stream: -n and -D do not go together")
+		return base.Usagef("perf stream: -n and -D do not go together")
 	case o.size < 0 || o.size > 16<<20:
-		return usagef("perf stream: -s %d: want 1..%d bytes", o.size, 16<<20)
+		return base.Usagef("perf stream: -s %d: want 1..%d bytes", o.size, 16<<20)
 	case o.port < 1 || o.port > 65535:
-		return usagef("perf stream: -p %d: want a TCP port 1..65535", o.port)
+		return base.Usagef("perf stream: -p %d: want a TCP port 1..65535", o.port)
 	case o.direct < 0:
-		return usagef("perf stream: -direct %d: want a number of bytes, 0 for off", o.direct)
+		return base.Usagef("perf stream: -direct %d: want a number of bytes, 0 for off", o.direct)
 	case o.ring != 0 && (o.ring < 4<<10 || o.ring > 2<<20):
-		return usagef("perf stream: -ring %d: want 4096..2097152 bytes", o.ring)
+		return base.Usagef("perf stream: -ring %d: want 4096..2097152 bytes", o.ring)
 	case o.timeout <= 0:
-		return usagef("perf stream: -timeout %v: want a positive duration", o.timeout)
+		return base.Usagef("perf stream: -timeout %v: want a positive duration", o.timeout)
 	case o.spin < 0 || o.spin > time.Second:
-		return usagef("perf stream: -spin %v: want 0 to 1s", o.spin)
+		return base.Usagef("perf stream: -spin %v: want 0 to 1s", o.spin)
 	case !o.bw && !o.lat:
-		return usagef("perf stream: -bw=false and -lat=false leave nothing to run")
+		return base.Usagef("perf stream: -bw=false and -lat=false leave nothing to run")
 	case o.self && (o.host != "" || o.dev != ""):
-		return usagef("perf stream: -netns makes its own link: leave out HOST and -d")
+		return base.Usagef("perf stream: -netns makes its own link: leave out HOST and -d")
 	}
 	return nil
 }
@@ -224,13 +225,13 @@ type inNS func(fn func() error) error
 func here(fn func() error) error { return fn() }
 
 // perfStreamServer serves one client: the tests it asks for, then it ends.
-func perfStreamServer(ctx context.Context, e *env, o *psOptions, do inNS) error {
+func perfStreamServer(ctx context.Context, e *base.Env, o *psOptions, do inNS) error {
 	var dev *roce.Device
-	if err := do(func() (err error) { dev, err = openDevice(e.stderr, o.dev, "", "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { dev, err = openDevice(e.Stderr, o.dev, "", "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer dev.Close()
-	fmt.Fprintf(e.stdout, "perf stream: waiting for a client on TCP port %d (%s)\n", o.port, dev.Info().Name)
+	fmt.Fprintf(e.Stdout, "perf stream: waiting for a client on TCP port %d (%s)\n", o.port, dev.Info().Name)
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	var tc net.Conn
@@ -249,7 +250,7 @@ func perfStreamServer(ctx context.Context, e *env, o *psOptions, do inNS) error 
 
 type psServer struct {
 	o     *psOptions
-	e     *env
+	e     *base.Env
 	dev   *roce.Device
 	ctl   *psControl
 	do    inNS
@@ -305,7 +306,7 @@ func (s *psServer) serve(ctx context.Context, ip net.IP) error {
 			return err
 		}
 		if req.Op == "bye" {
-			fmt.Fprintf(s.e.stdout, "perf stream: %d tests served\n", s.tests)
+			fmt.Fprintf(s.e.Stdout, "perf stream: %d tests served\n", s.tests)
 			return nil
 		}
 		rep, err := s.test(ctx, req)
@@ -463,9 +464,9 @@ func (r *psResult) gbits() float64 { return float64(r.bytes) * 8 / r.elapsed.Sec
 // cpuPerGB is CPU seconds per 10^9 bytes.
 func cpuPerGB(cpu time.Duration, bytes int64) float64 { return cpu.Seconds() / (float64(bytes) / 1e9) }
 
-func perfStreamClient(ctx context.Context, e *env, o *psOptions, do inNS) error {
+func perfStreamClient(ctx context.Context, e *base.Env, o *psOptions, do inNS) error {
 	var dev *roce.Device
-	if err := do(func() (err error) { dev, err = openDevice(e.stderr, o.dev, o.host, "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { dev, err = openDevice(e.Stderr, o.dev, o.host, "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer dev.Close()
@@ -497,7 +498,7 @@ func perfStreamClient(ctx context.Context, e *env, o *psOptions, do inNS) error 
 
 type psClient struct {
 	o       *psOptions
-	e       *env
+	e       *base.Env
 	dev     *roce.Device
 	ctl     *psControl
 	host    string
@@ -635,7 +636,7 @@ func (c *psClient) throughput(ctx context.Context, transport string, size int) (
 	for i := range buf {
 		buf[i] = byte(i)
 	}
-	prog := newProgress(c.e.stderr, fmt.Sprintf("stream %s %s writes", transport, byteSize(size)))
+	prog := newProgress(c.e.Stderr, fmt.Sprintf("stream %s %s writes", transport, byteSize(size)))
 	cpu := cpuTime()
 	t0 := time.Now()
 	if o.duration > 0 {
@@ -694,7 +695,7 @@ func (c *psClient) pingPong(ctx context.Context, transport string) (*psResult, e
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	buf := make([]byte, psPingSize)
-	prog := newProgress(c.e.stderr, "stream "+transport+" ping-pong")
+	prog := newProgress(c.e.Stderr, "stream "+transport+" ping-pong")
 	if n > 0 {
 		r.lat = make([]time.Duration, 0, n)
 	}
@@ -736,7 +737,7 @@ func (c *psClient) pingPong(ctx context.Context, transport string) (*psResult, e
 
 func (c *psClient) header() {
 	o := c.o
-	w := c.e.stdout
+	w := c.e.Stdout
 	direct := "off"
 	if o.direct > 0 {
 		direct = byteSize(o.direct)
@@ -776,7 +777,7 @@ func (c *psClient) localIP() string {
 // printBW prints the throughput lines of one size, then each stream's
 // ratios to TCP.
 func (c *psClient) printBW(size int) {
-	w := c.e.stdout
+	w := c.e.Stdout
 	var streams []*psResult
 	var t *psResult
 	for _, r := range c.results {
@@ -811,7 +812,7 @@ func (c *psClient) printBW(size int) {
 }
 
 func (c *psClient) printLat() {
-	w := c.e.stdout
+	w := c.e.Stdout
 	fmt.Fprintf(w, "\n %-23s %10s %10s %10s %10s\n", "64 B ping-pong", "round trips", "p50 µs", "p99 µs", "avg µs")
 	p50 := map[string]float64{}
 	var order []string
@@ -838,7 +839,7 @@ func (c *psClient) printLat() {
 
 // perfStreamNetns runs both ends in this process over a veth pair of its
 // own between two new namespaces.
-func perfStreamNetns(ctx context.Context, e *env, o *psOptions) error {
+func perfStreamNetns(ctx context.Context, e *base.Env, o *psOptions) error {
 	p, err := netns.New(netns.Config{})
 	if err != nil {
 		return fmt.Errorf("perf stream: -netns: %w", err)
@@ -850,7 +851,7 @@ func perfStreamNetns(ctx context.Context, e *env, o *psOptions) error {
 	srv.dev, cli.dev, cli.host = p.B.Ifname, p.A.Ifname, p.B.IP.String()
 	srvErr := make(chan error, 1)
 	go func() {
-		srvErr <- perfStreamServer(ctx, &env{stdout: io.Discard, stderr: e.stderr}, &srv, p.B.Do)
+		srvErr <- perfStreamServer(ctx, &base.Env{Stdout: io.Discard, Stderr: e.Stderr}, &srv, p.B.Do)
 	}()
 	cliErr := perfStreamClient(ctx, e, &cli, p.A.Do)
 	if cliErr != nil {

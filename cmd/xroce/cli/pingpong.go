@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/nic"
 	"github.com/xroce/xroce/roce"
 )
@@ -88,10 +89,10 @@ type pingpongOptions struct {
 	host    string
 }
 
-func runPingpong(ctx context.Context, e *env, args []string) error {
+func runPingpong(ctx context.Context, e *base.Env, args []string) error {
 	o := pingpongOptions{port: 18515, ibPort: 1, gid: -1, size: -1, mtu: 1024, rxDepth: 500, iters: 1000, numQP: 16}
 	var odp, iodp, prefetch, newSend, ts, dm bool
-	fs := newFlagSet(e, "pingpong", "[flags] [HOST]", pingpongAbout, pingpongExamples)
+	fs := base.NewFlagSet(e, "pingpong", "[flags] [HOST]", pingpongAbout, pingpongExamples)
 	alias := func(short, long string) {
 		f := fs.Lookup(short)
 		fs.Var(f.Value, long, "same as -"+short)
@@ -123,7 +124,7 @@ func runPingpong(ctx context.Context, e *env, args []string) error {
 		{"o", "odp"}, {"O", "iodp"}, {"P", "prefetch"}, {"N", "new_send"}, {"t", "ts"}, {"j", "dm"}, {"q", "num-qp"}} {
 		alias(a[0], a[1])
 	}
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
@@ -131,10 +132,10 @@ func runPingpong(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if ts || dm {
-		return usagef("pingpong: -t (timestamps) and -j (device memory) are not supported by xroce: leave them out")
+		return base.Usagef("pingpong: -t (timestamps) and -j (device memory) are not supported by xroce: leave them out")
 	}
 	if odp || iodp || prefetch {
-		fmt.Fprintln(e.stderr, "pingpong: -o/-O/-P (on-demand paging) ignored: xroce memory regions are always present")
+		fmt.Fprintln(e.Stderr, "pingpong: -o/-O/-P (on-demand paging) ignored: xroce memory regions are always present")
 	}
 	return pingpong(ctx, e, &o)
 }
@@ -147,13 +148,13 @@ func (o *pingpongOptions) check1(pos []string) error {
 	case 1:
 		o.host = pos[0]
 	default:
-		return usagef("pingpong: at most one HOST, got %d arguments; see 'xroce pingpong -h'", len(pos))
+		return base.Usagef("pingpong: at most one HOST, got %d arguments; see 'xroce pingpong -h'", len(pos))
 	}
 	if o.ud && o.uc || o.srq && (o.ud || o.uc) {
-		return usagef("pingpong: one of --ud, --uc and --srq at most")
+		return base.Usagef("pingpong: one of --ud, --uc and --srq at most")
 	}
 	if o.srq && (o.numQP < 1 || o.numQP >= ppMaxQP) {
-		return usagef("pingpong: -q %d: want 1..%d QPs", o.numQP, ppMaxQP-1)
+		return base.Usagef("pingpong: -q %d: want 1..%d QPs", o.numQP, ppMaxQP-1)
 	}
 	if o.size < 0 {
 		o.size = 4096
@@ -163,22 +164,22 @@ func (o *pingpongOptions) check1(pos []string) error {
 	}
 	switch {
 	case o.port < 1 || o.port > 65535:
-		return usagef("pingpong: -p %d: want a TCP port 1..65535", o.port)
+		return base.Usagef("pingpong: -p %d: want a TCP port 1..65535", o.port)
 	case o.ibPort != 1:
-		return usagef("pingpong: -i %d: an xroce device has one port, 1", o.ibPort)
+		return base.Usagef("pingpong: -i %d: an xroce device has one port, 1", o.ibPort)
 	case o.size < 1 || o.size > 1<<30:
-		return usagef("pingpong: -s %d: want 1..%d bytes", o.size, 1<<30)
+		return base.Usagef("pingpong: -s %d: want 1..%d bytes", o.size, 1<<30)
 	case o.rxDepth < 1 || o.rxDepth > 1<<15:
-		return usagef("pingpong: -r %d: want 1..32768", o.rxDepth)
+		return base.Usagef("pingpong: -r %d: want 1..32768", o.rxDepth)
 	case o.iters < 1:
-		return usagef("pingpong: -n %d: want at least 1", o.iters)
+		return base.Usagef("pingpong: -n %d: want at least 1", o.iters)
 	case o.gid < -1 || o.gid > 255:
-		return usagef("pingpong: -g %d: want a GID index 0..255", o.gid)
+		return base.Usagef("pingpong: -g %d: want a GID index 0..255", o.gid)
 	case o.timeout <= 0:
-		return usagef("pingpong: -timeout %v: want a positive duration", o.timeout)
+		return base.Usagef("pingpong: -timeout %v: want a positive duration", o.timeout)
 	}
 	if mtuFromBytes(o.mtu) == 0 {
-		return usagef("pingpong: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+		return base.Usagef("pingpong: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
 	return nil
 }
@@ -207,11 +208,11 @@ type ppSide struct {
 	wcs  [2]roce.WC
 }
 
-func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
+func pingpong(ctx context.Context, e *base.Env, o *pingpongOptions) error {
 	if o.srq {
 		return pingpongSRQ(ctx, e, o)
 	}
-	dev, err := openDevice(e.stderr, o.dev, o.host, "pingpong")
+	dev, err := openDevice(e.Stderr, o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
 	}
@@ -236,12 +237,12 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 	if o.ud {
 		sep = ":" // ud_pingpong's own spelling
 	}
-	fmt.Fprintf(e.stdout, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", local.LID, local.QPN, local.PSN, sep, local.GID)
+	fmt.Fprintf(e.Stdout, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", local.LID, local.QPN, local.PSN, sep, local.GID)
 	remote, err := s.exchange(ctx, local, opts)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", remote.LID, remote.QPN, remote.PSN, remote.GID)
+	fmt.Fprintf(e.Stdout, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", remote.LID, remote.QPN, remote.PSN, remote.GID)
 
 	start := time.Now()
 	if err := s.run(ctx); err != nil {
@@ -249,12 +250,12 @@ func pingpong(ctx context.Context, e *env, o *pingpongOptions) error {
 	}
 	usec := float64(time.Since(start).Nanoseconds()) / 1e3
 	bytes := int64(o.size) * int64(o.iters) * 2
-	fmt.Fprintf(e.stdout, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
-	fmt.Fprintf(e.stdout, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec/1e6, usec/float64(o.iters))
+	fmt.Fprintf(e.Stdout, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
+	fmt.Fprintf(e.Stdout, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec/1e6, usec/float64(o.iters))
 	if o.check {
 		if bad := s.validate(); len(bad) > 0 {
 			for _, p := range bad[:min(len(bad), 10)] {
-				fmt.Fprintf(e.stdout, "invalid data in page %d\n", p)
+				fmt.Fprintf(e.Stdout, "invalid data in page %d\n", p)
 			}
 			return fmt.Errorf("pingpong: -c: invalid data in %d of %d pages", len(bad), (o.size+ppPage-1)/ppPage)
 		}
@@ -354,7 +355,7 @@ func openNICDevice(w io.Writer, ifname, host, cmd string, cfg roce.Config) (*nic
 	if ifname == "" {
 		var err error
 		if ifname, err = defaultInterface(host); err != nil {
-			return nil, usagef("%s: %v; name one with -d INTERFACE", cmd, err)
+			return nil, base.Usagef("%s: %v; name one with -d INTERFACE", cmd, err)
 		}
 	}
 	d, err := openNICNamed(w, cmd, ifname, cfg)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -34,11 +35,11 @@ type srqSide struct {
 // pingpongSRQ is ibv_srq_pingpong: the same exchange as rc_pingpong but
 // of 256 addresses each way, then every QP ping-pongs on its own; -n counts
 // the exchanges of all QPs together, as srq_pingpong does.
-func pingpongSRQ(ctx context.Context, e *env, o *pingpongOptions) error {
+func pingpongSRQ(ctx context.Context, e *base.Env, o *pingpongOptions) error {
 	if o.numQP > o.rxDepth {
-		return usagef("pingpong: -q %d is more than the RX depth -r %d: raise -r", o.numQP, o.rxDepth)
+		return base.Usagef("pingpong: -q %d is more than the RX depth -r %d: raise -r", o.numQP, o.rxDepth)
 	}
-	dev, err := openDevice(e.stderr, o.dev, o.host, "pingpong")
+	dev, err := openDevice(e.Stderr, o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
 	}
@@ -61,14 +62,14 @@ func pingpongSRQ(ctx context.Context, e *env, o *pingpongOptions) error {
 		if local[i], err = localEndpoint(dev, q, o.gid); err != nil {
 			return fmt.Errorf("pingpong: %w", err)
 		}
-		fmt.Fprintf(e.stdout, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", local[i].LID, local[i].QPN, local[i].PSN, local[i].GID)
+		fmt.Fprintf(e.Stdout, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", local[i].LID, local[i].QPN, local[i].PSN, local[i].GID)
 	}
 	remote, err := s.exchange(ctx, local)
 	if err != nil {
 		return err
 	}
 	for _, r := range remote {
-		fmt.Fprintf(e.stdout, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", r.LID, r.QPN, r.PSN, r.GID)
+		fmt.Fprintf(e.Stdout, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", r.LID, r.QPN, r.PSN, r.GID)
 	}
 	start := time.Now()
 	if err := s.run(ctx); err != nil {
@@ -76,14 +77,14 @@ func pingpongSRQ(ctx context.Context, e *env, o *pingpongOptions) error {
 	}
 	usec := float64(time.Since(start).Nanoseconds()) / 1e3
 	bytes := int64(o.size) * int64(o.iters) * 2
-	fmt.Fprintf(e.stdout, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
-	fmt.Fprintf(e.stdout, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec/1e6, usec/float64(o.iters))
+	fmt.Fprintf(e.Stdout, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
+	fmt.Fprintf(e.Stdout, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec/1e6, usec/float64(o.iters))
 	if o.check {
 		s.mr.Sync()
 		ps := &ppSide{o: o, buf: s.buf}
 		if bad := srqBadPages(ps); len(bad) > 0 {
 			for _, p := range bad[:min(len(bad), 10)] {
-				fmt.Fprintf(e.stdout, "invalid data in page %d\n", p)
+				fmt.Fprintf(e.Stdout, "invalid data in page %d\n", p)
 			}
 			return fmt.Errorf("pingpong: -c: invalid data in %d of %d pages", len(bad), (o.size+ppPage-1)/ppPage)
 		}

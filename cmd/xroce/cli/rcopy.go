@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
 )
@@ -76,15 +77,15 @@ func parseRcopy(stdout io.Writer, args []string) (o *rcopyOptions, done bool) {
 		}
 		args = args[2:]
 	}
-	opts, rest := getopt(args, "p:d:n:")
+	opts, rest := base.Getopt(args, "p:d:n:")
 	for _, op := range opts {
-		switch op.c {
+		switch op.C {
 		case 'p':
-			o.port = op.arg
+			o.port = op.Arg
 		case 'd':
-			o.ifname = op.arg
+			o.ifname = op.Arg
 		case 'n':
-			o.clients = atoi(op.arg)
+			o.clients = base.Atoi(op.Arg)
 		default:
 			rcopyUsage(stdout)
 			return o, true
@@ -97,16 +98,16 @@ func parseRcopy(stdout io.Writer, args []string) (o *rcopyOptions, done bool) {
 	return o, false
 }
 
-func runRcopy(ctx context.Context, e *env, args []string) error {
-	o, done := parseRcopy(e.stdout, args)
+func runRcopy(ctx context.Context, e *base.Env, args []string) error {
+	o, done := parseRcopy(e.Stdout, args)
 	if done {
-		return status(1)
+		return base.Status(1)
 	}
-	r := &rcopy{o: o, w: e.stdout}
+	r := &rcopy{o: o, w: e.Stdout}
 	if o.server == "" {
-		return status(r.serve(ctx, e.stderr))
+		return base.Status(r.serve(ctx, e.Stderr))
 	}
-	return status(r.send(ctx, e.stderr))
+	return base.Status(r.send(ctx, e.Stderr))
 }
 
 type rcopy struct {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
 )
@@ -379,29 +380,29 @@ type cmatestOptions struct {
 
 // set reads op, as both mains do, if it is one of the shared flags, and
 // says whether it was.
-func (o *cmatestOptions) set(stderr io.Writer, op option) bool {
-	switch op.c {
+func (o *cmatestOptions) set(stderr io.Writer, op base.Option) bool {
+	switch op.C {
 	case 's':
-		o.dst = op.arg
+		o.dst = op.Arg
 	case 'b':
-		o.src = op.arg
+		o.src = op.Arg
 	case 'f':
 		switch {
-		case hasPrefixFold(op.arg, "ip"), hasPrefixFold(op.arg, "gid"):
+		case hasPrefixFold(op.Arg, "ip"), hasPrefixFold(op.Arg, "gid"):
 			o.numeric = true
-		case !hasPrefixFold(op.arg, "name"):
+		case !hasPrefixFold(op.Arg, "name"):
 			fmt.Fprintln(stderr, "Warning: unknown address format")
 		}
 	case 'c':
-		o.connections = atoi(op.arg)
+		o.connections = base.Atoi(op.Arg)
 	case 'C':
-		o.count = atoi(op.arg)
+		o.count = base.Atoi(op.Arg)
 	case 'S':
-		o.size = atoi(op.arg)
+		o.size = base.Atoi(op.Arg)
 	case 't':
-		o.setTOS, o.tos = true, strtoul8(op.arg)
+		o.setTOS, o.tos = true, base.Strtoul8(op.Arg)
 	case 'd':
-		o.ifname = op.arg
+		o.ifname = op.Arg
 	default:
 		return false
 	}

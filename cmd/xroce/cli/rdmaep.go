@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -40,17 +41,17 @@ type rdmaEPOptions struct {
 // (name); a mistake prints glibc's message and the usage, status 1.
 func parseRdmaEP(stdout, stderr io.Writer, name, addr string, args []string) (o *rdmaEPOptions, code int, done bool) {
 	o = &rdmaEPOptions{addr: addr, port: "7471"}
-	opts, _ := getopt(args, "s:p:d:")
+	opts, _ := base.Getopt(args, "s:p:d:")
 	for _, op := range opts {
-		switch op.c {
+		switch op.C {
 		case 's':
-			o.addr = op.arg
+			o.addr = op.Arg
 		case 'p':
-			o.port = op.arg
+			o.port = op.Arg
 		case 'd':
-			o.ifname = op.arg
+			o.ifname = op.Arg
 		default:
-			fmt.Fprintf(stderr, "%s: %s\n", name, op.msg)
+			fmt.Fprintf(stderr, "%s: %s\n", name, op.Msg)
 			fmt.Fprintf(stdout, "usage: %s\n\t[-s server_address]\n\t[-p port_number]\n", name)
 			return nil, 1, true
 		}
@@ -58,29 +59,29 @@ func parseRdmaEP(stdout, stderr io.Writer, name, addr string, args []string) (o 
 	return o, 0, false
 }
 
-func runRdmaServer(ctx context.Context, e *env, args []string) error {
+func runRdmaServer(ctx context.Context, e *base.Env, args []string) error {
 	return runRdmaEP(ctx, e, args, "rdma_server", "0.0.0.0", (*rdmaEP).server)
 }
 
-func runRdmaClient(ctx context.Context, e *env, args []string) error {
+func runRdmaClient(ctx context.Context, e *base.Env, args []string) error {
 	return runRdmaEP(ctx, e, args, "rdma_client", "127.0.0.1", (*rdmaEP).client)
 }
 
 // runRdmaEP is the main of rdma_server or rdma_client (name), whose -s is
 // addr by default and whose run is run.
-func runRdmaEP(ctx context.Context, e *env, args []string, name, addr string, run func(*rdmaEP, context.Context) int) error {
-	o, code, done := parseRdmaEP(e.stdout, e.stderr, name, addr, args)
+func runRdmaEP(ctx context.Context, e *base.Env, args []string, name, addr string, run func(*rdmaEP, context.Context) int) error {
+	o, code, done := parseRdmaEP(e.Stdout, e.Stderr, name, addr, args)
 	if done {
-		return status(code)
+		return base.Status(code)
 	}
-	ep := &rdmaEP{o: o, name: name, stdout: e.stdout, stderr: e.stderr}
-	fmt.Fprintf(e.stdout, "%s: start\n", name)
+	ep := &rdmaEP{o: o, name: name, stdout: e.Stdout, stderr: e.Stderr}
+	fmt.Fprintf(e.Stdout, "%s: start\n", name)
 	ret := run(ep, ctx)
 	if ep.interrupted {
-		return status(exitInterrupted)
+		return base.Status(exitInterrupted)
 	}
-	fmt.Fprintf(e.stdout, "%s: end %d\n", name, ret)
-	return status(ret)
+	fmt.Fprintf(e.Stdout, "%s: end %d\n", name, ret)
+	return base.Status(ret)
 }
 
 // rdmaEP is one run of rdma_server or rdma_client: the endpoint's

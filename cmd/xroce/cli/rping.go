@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
+
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
 // xroce rping is rdma-core's rping (librdmacm/examples/rping.c, rdma-core
@@ -131,18 +133,18 @@ func parseRping(ctx context.Context, stdout, stderr io.Writer, args []string) (o
 		return 0
 	}
 	ret := 0
-	opts, _ := getopt(args, "a:I:Pp:C:S:t:scvVdq")
+	opts, _ := base.Getopt(args, "a:I:Pp:C:S:t:scvVdq")
 	for _, op := range opts {
-		switch op.c {
+		switch op.C {
 		case 'a':
-			ret = getAddr(op.arg, &o.addr)
+			ret = getAddr(op.Arg, &o.addr)
 		case 'I':
-			ret = getAddr(op.arg, &o.src)
+			ret = getAddr(op.Arg, &o.src)
 		case 'P':
 			o.persistent = true
 		case 'p':
-			o.port = uint16(atoi(op.arg))
-			debugf("port %d\n", atoi(op.arg))
+			o.port = uint16(base.Atoi(op.Arg))
+			debugf("port %d\n", base.Atoi(op.Arg))
 		case 's':
 			o.server = 1
 			debugf("server\n")
@@ -150,15 +152,15 @@ func parseRping(ctx context.Context, stdout, stderr io.Writer, args []string) (o
 			o.server = 0
 			debugf("client\n")
 		case 'S':
-			o.size = atoi(op.arg)
+			o.size = base.Atoi(op.Arg)
 			if o.size < rpingMinSize || o.size > rpingBufSize-1 {
 				fmt.Fprintf(stderr, "Invalid size %d (valid range is %d to %d)\n", o.size, rpingMinSize, rpingBufSize)
 				ret = rpingEINVAL
 			} else {
-				debugf("size %d\n", atoi(op.arg))
+				debugf("size %d\n", base.Atoi(op.Arg))
 			}
 		case 'C':
-			o.count = atoi(op.arg)
+			o.count = base.Atoi(op.Arg)
 			if o.count < 0 {
 				fmt.Fprintf(stderr, "Invalid count %d\n", o.count)
 				ret = rpingEINVAL

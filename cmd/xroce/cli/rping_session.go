@@ -13,17 +13,18 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/roce"
 )
 
-func runRping(ctx context.Context, e *env, args []string) error {
-	r := &rping{stdout: &lockedWriter{w: e.stdout}, stderr: &lockedWriter{w: e.stderr}}
+func runRping(ctx context.Context, e *base.Env, args []string) error {
+	r := &rping{stdout: &lockedWriter{w: e.Stdout}, stderr: &lockedWriter{w: e.Stderr}}
 	o, code, done := parseRping(ctx, r.stdout, r.stderr, args)
 	if done {
-		return status(code)
+		return base.Status(code)
 	}
 	r.o = o
-	return status(r.run(ctx))
+	return base.Status(r.run(ctx))
 }
 
 // rping is one run of the tool.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
 )
@@ -129,45 +130,45 @@ func (o *rstreamOptions) setTestOpt(arg string) bool {
 // code for a mistake (the usage on stdout, status 1).
 func parseRstream(stdout io.Writer, args []string) (o *rstreamOptions, code int, done bool) {
 	o = &rstreamOptions{iterations: 1, size: 1000, count: 1000, port: "7471"}
-	opts, _ := getopt(args, "s:b:f:B:i:I:C:S:p:k:T:d:")
+	opts, _ := base.Getopt(args, "s:b:f:B:i:I:C:S:p:k:T:d:")
 	for _, op := range opts {
-		switch op.c {
+		switch op.C {
 		case 's':
-			o.dst = op.arg
+			o.dst = op.Arg
 		case 'b':
-			o.src = op.arg
+			o.src = op.Arg
 		case 'f':
 			switch {
-			case hasPrefixFold(op.arg, "ip"):
+			case hasPrefixFold(op.Arg, "ip"):
 				o.numeric = true
-			case hasPrefixFold(op.arg, "gid"):
+			case hasPrefixFold(op.Arg, "gid"):
 				fmt.Fprintln(stdout, "rstream: -f gid (AF_IB addresses) is not supported on RoCE")
 				return o, 1, true
 			default:
 				fmt.Fprintln(stdout, "Warning: unknown address format")
 			}
 		case 'B':
-			o.bufSize = atoi(op.arg)
+			o.bufSize = base.Atoi(op.Arg)
 		case 'i':
-			_ = atoi(op.arg) // inline size: how the C library posts, not what goes on the wire
+			_ = base.Atoi(op.Arg) // inline size: how the C library posts, not what goes on the wire
 		case 'I':
-			o.custom, o.iterations = true, atoi(op.arg)
+			o.custom, o.iterations = true, base.Atoi(op.Arg)
 		case 'C':
-			o.custom, o.count = true, atoi(op.arg)
+			o.custom, o.count = true, base.Atoi(op.Arg)
 		case 'S':
-			if hasPrefixFold(op.arg, "all") {
+			if hasPrefixFold(op.Arg, "all") {
 				o.sizeOption = 1
 			} else {
-				o.custom, o.size = true, atoi(op.arg)
+				o.custom, o.size = true, base.Atoi(op.Arg)
 			}
 		case 'p':
-			o.port = op.arg
+			o.port = op.Arg
 		case 'k':
-			o.keepalive = atoi(op.arg)
+			o.keepalive = base.Atoi(op.Arg)
 		case 'd':
-			o.ifname = op.arg
+			o.ifname = op.Arg
 		case 'T':
-			if o.setTestOpt(op.arg) {
+			if o.setTestOpt(op.Arg) {
 				continue
 			}
 			fallthrough
@@ -183,13 +184,13 @@ func parseRstream(stdout io.Writer, args []string) (o *rstreamOptions, code int,
 	return o, 0, false
 }
 
-func runRstream(ctx context.Context, e *env, args []string) error {
-	o, code, done := parseRstream(e.stdout, args)
+func runRstream(ctx context.Context, e *base.Env, args []string) error {
+	o, code, done := parseRstream(e.Stdout, args)
 	if done {
-		return status(code)
+		return base.Status(code)
 	}
-	r := &rstream{o: o, stdout: e.stdout, stderr: e.stderr}
-	return status(r.run(ctx))
+	r := &rstream{o: o, stdout: e.Stdout, stderr: e.Stderr}
+	return base.Status(r.run(ctx))
 }
 
 // rstream is one run.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/statsock"
 )
 
@@ -44,26 +45,26 @@ type statOptions struct {
 // statMaxRounds bounds -w without -n: an hour of refreshes.
 const statMaxRounds = 3600
 
-func runStat(ctx context.Context, e *env, args []string) error {
+func runStat(ctx context.Context, e *base.Env, args []string) error {
 	var o statOptions
-	fs := newFlagSet(e, "stat", "[-p PID] [-w [-n N]] [-a] [-json]", statAbout, statExamples)
+	fs := base.NewFlagSet(e, "stat", "[-p PID] [-w [-n N]] [-a] [-json]", statAbout, statExamples)
 	fs.IntVar(&o.pid, "p", 0, "show only the process `PID`")
 	fs.BoolVar(&o.watch, "w", false, "print again every second (until Ctrl-C, the process ends or -n rounds)")
 	fs.IntVar(&o.rounds, "n", 0, "with -w: stop after `N` rounds (0: at most 3600)")
 	fs.BoolVar(&o.all, "a", false, "also the counters that are zero")
 	fs.BoolVar(&o.json, "json", false, "print the snapshots as JSON, one per line")
 	fs.StringVar(&o.dir, "dir", statsock.DefaultDir, "where the processes' sockets are")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := base.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	switch {
 	case len(pos) > 0:
-		return usagef("stat: unexpected argument %q", pos[0])
+		return base.Usagef("stat: unexpected argument %q", pos[0])
 	case o.pid < 0:
-		return usagef("stat: -p wants a pid")
+		return base.Usagef("stat: -p wants a pid")
 	case o.rounds < 0 || o.rounds > 0 && !o.watch:
-		return usagef("stat: -n wants -w and a count of 1 or more")
+		return base.Usagef("stat: -n wants -w and a count of 1 or more")
 	}
 	if o.rounds == 0 {
 		o.rounds = statMaxRounds
@@ -86,7 +87,7 @@ func runStat(ctx context.Context, e *env, args []string) error {
 			case <-tick.C:
 			}
 			if !o.json {
-				fmt.Fprintln(e.stdout)
+				fmt.Fprintln(e.Stdout)
 			}
 		}
 		alive := 0
@@ -94,7 +95,7 @@ func runStat(ctx context.Context, e *env, args []string) error {
 			s, err := statsock.Read(ctx, p.Path)
 			if errors.Is(err, statsock.ErrNoProcess) {
 				if prev[p.PID] != nil {
-					fmt.Fprintf(e.stdout, "pid %d: ended\n", p.PID)
+					fmt.Fprintf(e.Stdout, "pid %d: ended\n", p.PID)
 					prev[p.PID] = nil
 				}
 				continue
@@ -107,11 +108,11 @@ func runStat(ctx context.Context, e *env, args []string) error {
 			}
 			alive++
 			if o.json {
-				if err := json.NewEncoder(e.stdout).Encode(s); err != nil {
+				if err := json.NewEncoder(e.Stdout).Encode(s); err != nil {
 					return err
 				}
 			} else {
-				printSnapshot(e.stdout, s, prev[p.PID], o.all)
+				printSnapshot(e.Stdout, s, prev[p.PID], o.all)
 			}
 			prev[p.PID] = s
 		}

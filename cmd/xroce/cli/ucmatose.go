@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
 )
@@ -58,29 +59,29 @@ func ucmatoseUsage(w io.Writer, name string) {
 // message and the usage, status 1, for a mistake.
 func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions, code int, done bool) {
 	o = &ucmatoseOptions{cmatestOptions: cmatestOptions{connections: 1, count: 10, size: 100}, ps: mad.PortSpaceTCP, port: "7471"}
-	opts, _ := getopt(args, "s:b:f:P:c:C:S:t:p:a:md:")
+	opts, _ := base.Getopt(args, "s:b:f:P:c:C:S:t:p:a:md:")
 	for _, op := range opts {
 		if o.set(stderr, op) {
 			continue
 		}
-		switch op.c {
+		switch op.C {
 		case 'P':
 			switch {
-			case hasPrefixFold(op.arg, "ib"):
+			case hasPrefixFold(op.Arg, "ib"):
 				o.ps = mad.PortSpaceIB
-			case !hasPrefixFold(op.arg, "tcp"):
+			case !hasPrefixFold(op.Arg, "tcp"):
 				fmt.Fprintln(stderr, "Warning: unknown port space format")
 			}
 		case 'p':
-			o.port = op.arg
+			o.port = op.Arg
 		case 'm':
 			o.migrate = true
 		case 'a':
 			// RDMA_OPTION_ID_ACK_TIMEOUT: the local QP's ACK time-out,
 			// which package cm does not let a caller set; read, unused.
-			_ = strtoul8(op.arg)
+			_ = base.Strtoul8(op.Arg)
 		default:
-			fmt.Fprintf(stderr, "ucmatose: %s\n", op.msg)
+			fmt.Fprintf(stderr, "ucmatose: %s\n", op.Msg)
 			ucmatoseUsage(stdout, "ucmatose")
 			return nil, 1, true
 		}
@@ -88,13 +89,13 @@ func parseUcmatose(stdout, stderr io.Writer, args []string) (o *ucmatoseOptions,
 	return o, 0, false
 }
 
-func runUcmatose(ctx context.Context, e *env, args []string) error {
-	o, code, done := parseUcmatose(e.stdout, e.stderr, args)
+func runUcmatose(ctx context.Context, e *base.Env, args []string) error {
+	o, code, done := parseUcmatose(e.Stdout, e.Stderr, args)
 	if done {
-		return status(code)
+		return base.Status(code)
 	}
-	t := &cmatose{cmatest: cmatest{name: "cmatose", stdout: e.stdout, stderr: e.stderr, count: o.count}, o: o}
-	return status(t.run(ctx))
+	t := &cmatose{cmatest: cmatest{name: "cmatose", stdout: e.Stdout, stderr: e.Stderr, count: o.count}, o: o}
+	return base.Status(t.run(ctx))
 }
 
 // cmatose is one run of ucmatose.

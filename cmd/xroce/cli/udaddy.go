@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
 )
@@ -57,24 +58,24 @@ func udaddyUsage(w io.Writer, name string) {
 // message and the usage, status 1, for a mistake.
 func parseUdaddy(stdout, stderr io.Writer, args []string) (o *udaddyOptions, code int, done bool) {
 	o = &udaddyOptions{cmatestOptions: cmatestOptions{connections: 1, count: 10, size: 100}, ps: int32(mad.PortSpaceUDP)}
-	opts, _ := getopt(args, "s:b:c:C:S:t:p:P:f:d:")
+	opts, _ := base.Getopt(args, "s:b:c:C:S:t:p:P:f:d:")
 	for _, op := range opts {
 		if o.set(stderr, op) {
 			continue
 		}
-		switch op.c {
+		switch op.C {
 		case 'p':
-			v, _ := strtol(op.arg, 0)
+			v, _ := base.Strtol(op.Arg, 0)
 			o.ps = int32(v)
 		case 'P':
 			switch {
-			case hasPrefixFold(op.arg, "ipoib"):
+			case hasPrefixFold(op.Arg, "ipoib"):
 				o.ps = int32(mad.PortSpaceIPoIB)
-			case !hasPrefixFold(op.arg, "udp"):
+			case !hasPrefixFold(op.Arg, "udp"):
 				fmt.Fprintln(stderr, "Warning: unknown port space format")
 			}
 		default:
-			fmt.Fprintf(stderr, "udaddy: %s\n", op.msg)
+			fmt.Fprintf(stderr, "udaddy: %s\n", op.Msg)
 			udaddyUsage(stdout, "udaddy")
 			return nil, 1, true
 		}
@@ -82,13 +83,13 @@ func parseUdaddy(stdout, stderr io.Writer, args []string) (o *udaddyOptions, cod
 	return o, 0, false
 }
 
-func runUdaddy(ctx context.Context, e *env, args []string) error {
-	o, code, done := parseUdaddy(e.stdout, e.stderr, args)
+func runUdaddy(ctx context.Context, e *base.Env, args []string) error {
+	o, code, done := parseUdaddy(e.Stdout, e.Stderr, args)
 	if done {
-		return status(code)
+		return base.Status(code)
 	}
-	t := &udaddy{cmatest: cmatest{name: "udaddy", stdout: e.stdout, stderr: e.stderr, count: o.count}, o: o}
-	return status(t.run(ctx))
+	t := &udaddy{cmatest: cmatest{name: "udaddy", stdout: e.Stdout, stderr: e.Stderr, count: o.count}, o: o}
+	return base.Status(t.run(ctx))
 }
 
 // udaddy is one run of udaddy.

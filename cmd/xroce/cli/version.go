@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
 // Version is xroce's version, in the form of a module version (semantic
@@ -33,22 +35,22 @@ prints it: the module paths, versions and checksums of every dependency
 and the build settings. 'xroce --version' and 'xroce -V' are the same
 as 'xroce version'.`
 
-func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "version", "[-m]", versionAbout, "  xroce version\n  xroce version -m")
+func runVersion(_ context.Context, e *base.Env, args []string) error {
+	fs := base.NewFlagSet(e, "version", "[-m]", versionAbout, "  xroce version\n  xroce version -m")
 	mods := fs.Bool("m", false, "also print the module build information (dependencies, build settings), as go version -m")
-	if err := parseFlags(fs, args); err != nil {
+	if err := base.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("version: unexpected argument %q", fs.Arg(0))
+		return base.Usagef("version: unexpected argument %q", fs.Arg(0))
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		bi = nil
 	}
-	fmt.Fprintln(e.stdout, versionLine(bi))
+	fmt.Fprintln(e.Stdout, versionLine(bi))
 	if *mods && bi != nil {
-		fmt.Fprint(e.stdout, bi.String())
+		fmt.Fprint(e.Stdout, bi.String())
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package base
 
 import (
 	"fmt"
@@ -30,16 +30,16 @@ func TestRpingGetopt(t *testing.T) {
 		{[]string{"-h"}, "?=invalid option -- 'h'", nil},
 		{[]string{"-t", "3"}, "t=3", nil},
 	} {
-		opts, operands := getopt(tc.args, optstring)
+		opts, operands := Getopt(tc.args, optstring)
 		var got []string
 		for _, o := range opts {
 			switch {
-			case o.c == '?':
-				got = append(got, "?="+o.msg)
-			case o.arg != "":
-				got = append(got, fmt.Sprintf("%c=%s", o.c, o.arg))
+			case o.C == '?':
+				got = append(got, "?="+o.Msg)
+			case o.Arg != "":
+				got = append(got, fmt.Sprintf("%c=%s", o.C, o.Arg))
 			default:
-				got = append(got, string(o.c))
+				got = append(got, string(o.C))
 			}
 		}
 		if s := fmt.Sprint(got); s != fmt.Sprint(splitFields(tc.opts)) || !slices.Equal(operands, tc.operands) {
@@ -79,7 +79,7 @@ func TestRpingAtoi(t *testing.T) {
 		{"-99999999999999999999", 0}, // LONG_MIN's low 32 bits
 		{"\t\n 42", 42}, {"4 2", 4}, {"0777", 777},
 	} {
-		if got := atoi(tc.in); got != tc.want {
+		if got := Atoi(tc.in); got != tc.want {
 			t.Errorf("atoi(%q) = %d, want %d", tc.in, got, tc.want)
 		}
 	}
@@ -89,7 +89,7 @@ func TestRpingAtoi(t *testing.T) {
 	}{
 		{"0", 0}, {"32", 32}, {"0x20", 32}, {"040", 32}, {"300", 44}, {"-1", 255}, {"junk", 0}, {"0x", 0}, {"09", 0},
 	} {
-		if got := strtoul8(tc.in); got != tc.want {
+		if got := Strtoul8(tc.in); got != tc.want {
 			t.Errorf("strtoul8(%q) = %d, want %d", tc.in, got, tc.want)
 		}
 	}

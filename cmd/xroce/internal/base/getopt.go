@@ -1,4 +1,4 @@
-package cli
+package base
 
 import (
 	"fmt"
@@ -15,16 +15,16 @@ import (
 
 // option is one flag getopt returned: its letter and its argument, or
 // letter '?' for a mistake, with glibc's message for it.
-type option struct {
-	c   byte
-	arg string
-	msg string // for '?': "invalid option -- 'x'" or "option requires an argument -- 'x'"
+type Option struct {
+	C   byte
+	Arg string
+	Msg string // for '?': "invalid option -- 'x'" or "option requires an argument -- 'x'"
 }
 
 // getopt returns the flags of args (without the program name) as glibc's
 // getopt with optstring returns them, in order, up to and including the
 // first mistake; and the operands.
-func getopt(args []string, optstring string) (opts []option, operands []string) {
+func Getopt(args []string, optstring string) (opts []Option, operands []string) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -38,20 +38,20 @@ func getopt(args []string, optstring string) (opts []option, operands []string) 
 			c := a[j]
 			k := strings.IndexByte(optstring, c)
 			if k < 0 || c == ':' {
-				return append(opts, option{c: '?', msg: fmt.Sprintf("invalid option -- '%c'", c)}), operands
+				return append(opts, Option{C: '?', Msg: fmt.Sprintf("invalid option -- '%c'", c)}), operands
 			}
 			if k+1 >= len(optstring) || optstring[k+1] != ':' {
-				opts = append(opts, option{c: c})
+				opts = append(opts, Option{C: c})
 				continue
 			}
 			switch {
 			case j+1 < len(a):
-				opts = append(opts, option{c: c, arg: a[j+1:]})
+				opts = append(opts, Option{C: c, Arg: a[j+1:]})
 			case i+1 < len(args):
 				i++
-				opts = append(opts, option{c: c, arg: args[i]})
+				opts = append(opts, Option{C: c, Arg: args[i]})
 			default:
-				return append(opts, option{c: '?', msg: fmt.Sprintf("option requires an argument -- '%c'", c)}), operands
+				return append(opts, Option{C: '?', Msg: fmt.Sprintf("option requires an argument -- '%c'", c)}), operands
 			}
 			break
 		}
@@ -62,22 +62,22 @@ func getopt(args []string, optstring string) (opts []option, operands []string) 
 // atoi is C's atoi as glibc has it, (int)strtol(s, NULL, 10): leading
 // white space, a sign, the digits up to the first other byte; 0 for none;
 // a long that overflows saturates, then the cast keeps the low 32 bits.
-func atoi(s string) int {
-	v, _ := strtol(s, 10)
+func Atoi(s string) int {
+	v, _ := Strtol(s, 10)
 	return int(int32(v))
 }
 
 // strtoul8 is (uint8_t)strtoul(s, NULL, 0): C's base prefixes (0x, 0),
 // a negative number wraps as an unsigned long.
-func strtoul8(s string) uint8 {
-	v, _ := strtol(s, 0)
+func Strtoul8(s string) uint8 {
+	v, _ := Strtol(s, 0)
 	return uint8(v)
 }
 
 // strtol parses s as strtol does in base 10 or, base 0, with C's prefixes;
 // it returns the value (saturated at the int64 range) and whether a minus
 // sign was read.
-func strtol(s string, base int) (int64, bool) {
+func Strtol(s string, base int) (int64, bool) {
 	i := 0
 	for i < len(s) && (s[i] == ' ' || s[i] >= '\t' && s[i] <= '\r') {
 		i++
