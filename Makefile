@@ -135,8 +135,8 @@ INTEROP ?= default
 interop: ## Interop with Linux rxe in a QEMU VM (root; INTEROP=default|all|MODES; default = selftest,loss,tap,xroce,xloss,cm,cmloss).
 	bash interop/run $(INTEROP)
 
-# The version release-check publishes: cli.Version unless RELEASE_VERSION=v... says otherwise.
-RELEASE_VERSION ?= $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' cmd/xroce/cli/version.go)
+# The version release-check publishes: version.Version unless RELEASE_VERSION=v... says otherwise.
+RELEASE_VERSION ?= $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' cmd/xroce/internal/version/version.go)
 
 .PHONY: release-check
 release-check: ## go install .../cmd/xroce@RELEASE_VERSION from a clean GOPATH through a file proxy holding HEAD's module zip (not in CI).

@@ -1,4 +1,6 @@
-package cli
+// Package version is xroce version: the version, the commit and the Go
+// toolchain the binary was built from.
+package version
 
 import (
 	"context"
@@ -16,9 +18,8 @@ import (
 // version with -dev. This is the one line a release changes.
 const Version = "v0.1.0-dev"
 
-func init() {
-	register("version", "print the version, the commit and the Go toolchain it was built from", runVersion)
-}
+// Cmd is xroce version.
+var Cmd = base.Command{Name: "version", Summary: "print the version, the commit and the Go toolchain it was built from", Run: runVersion}
 
 const versionAbout = `
 Print xroce's version, the commit it was built from (when the build had

@@ -1,4 +1,4 @@
-package cli
+package version
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
 // versionShape is the line's form: name, version, optional details in
@@ -53,11 +55,11 @@ func TestVersionLine(t *testing.T) {
 
 // TestVersionCommand runs the command as a user does, with the test
 // binary's own build information: its revision, when the build recorded
-// one, is on the line.
+// one, is on the line. (cli's TestVersionAliases runs --version and -V.)
 func TestVersionCommand(t *testing.T) {
-	for _, args := range [][]string{{"version"}, {"--version"}, {"-V"}, {"version", "-m"}} {
+	for _, args := range [][]string{{"version"}, {"version", "-m"}} {
 		var out, errOut bytes.Buffer
-		if err := Run(context.Background(), args, &out, &errOut); err != nil {
+		if err := Cmd.Run(context.Background(), &base.Env{Stdout: &out, Stderr: &errOut}, args[1:]); err != nil {
 			t.Fatalf("xroce %v: %v (%s)", args, err, errOut.String())
 		}
 		first, rest, _ := strings.Cut(out.String(), "\n")
@@ -77,7 +79,7 @@ func TestVersionCommand(t *testing.T) {
 			t.Errorf("xroce %v: no module build information after the first line:\n%s", args, rest)
 		}
 	}
-	if err := Run(context.Background(), []string{"version", "extra"}, &bytes.Buffer{}, &bytes.Buffer{}); ExitCode(err) != 2 {
+	if err := Cmd.Run(context.Background(), &base.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}, []string{"extra"}); base.ExitCode(err) != 2 {
 		t.Errorf("xroce version extra: %v, want a usage error", err)
 	}
 }
