@@ -22,6 +22,7 @@ import (
 	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/statcount"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/pcaptap"
 	"github.com/xroce/xroce/internal/statsock"
@@ -904,7 +905,7 @@ func (r *labRun) snapshot() *statsock.Snapshot {
 	s.Phase, _ = r.phase.Load().(string)
 	for _, h := range []*labHost{r.a, r.b} {
 		d := statsock.Device{Name: h.name, Ifname: h.h.Ifname, Netns: h.h.Name, Addr: h.h.IP.String(),
-			Datapath: "af_xdp " + h.mode, Counters: counters(h.dev.Stats())}
+			Datapath: "af_xdp " + h.mode, Counters: statcount.Of(h.dev.Stats())}
 		if c, err := h.prog.Counters(); err == nil {
 			d.Counters = append(d.Counters, statsock.Counter{Name: "xdp_redirected", Value: c.Redirected},
 				statsock.Counter{Name: "xdp_injected_drops", Value: c.InjectedDrops})
@@ -920,7 +921,7 @@ func (r *labRun) snapshot() *statsock.Snapshot {
 			d.QPs = append(d.QPs, statsock.QP{Name: q.name, QPN: q.qp.QPN(), Type: q.qp.Type().String(),
 				State: q.qp.State().String(), Peer: peer, Counters: append([]statsock.Counter{
 					{Name: "posted", Value: q.posted.Load()}, {Name: "polled", Value: q.completed.Load()},
-				}, counters(q.qp.Stats())...)})
+				}, statcount.Of(q.qp.Stats())...)})
 		}
 		s.Devices = append(s.Devices, d)
 	}

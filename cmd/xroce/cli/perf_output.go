@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/statcount"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
 )
@@ -46,11 +47,11 @@ func (r *perfRun) snapshot() *statsock.Snapshot {
 	s.Phase, _ = r.phase.Load().(string)
 	info := r.dev.Info()
 	d := statsock.Device{Name: "perf", Ifname: info.Name, Addr: netip.AddrFrom16(r.my[0].GID).Unmap().String(),
-		Datapath: strings.TrimSpace(info.Datapath + " " + info.Mode), Counters: counters(r.dev.Stats())}
+		Datapath: strings.TrimSpace(info.Datapath + " " + info.Mode), Counters: statcount.Of(r.dev.Stats())}
 	for i, p := range r.qps {
 		d.QPs = append(d.QPs, statsock.QP{Name: r.o.test.name, QPN: p.qp.QPN(), Type: p.qp.Type().String(),
 			State: p.qp.State().String(), Peer: fmt.Sprintf("%v %#x", netip.AddrFrom16(r.rem[i].GID).Unmap(), r.rem[i].QPN),
-			Counters: qpCounters(p.qp.Stats())})
+			Counters: statcount.QP(p.qp.Stats())})
 	}
 	s.Devices = append(s.Devices, d)
 	return s

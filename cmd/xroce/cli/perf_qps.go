@@ -20,6 +20,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/statcount"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -487,7 +488,7 @@ func (r *pqRun) snapshot() *statsock.Snapshot {
 	}
 	info := r.da.Info()
 	d := statsock.Device{Name: "A", Ifname: info.Name, Netns: r.pair.A.Name, Addr: r.pair.A.IP.String(),
-		Datapath: strings.TrimSpace(info.Datapath + " " + info.Mode), Counters: counters(r.da.Stats())}
+		Datapath: strings.TrimSpace(info.Datapath + " " + info.Mode), Counters: statcount.Of(r.da.Stats())}
 	d.Counters = append(d.Counters, statsock.Counter{Name: "qps_running", Value: uint64(r.nqp.Load())},
 		statsock.Counter{Name: "jain_index_x1000", Value: r.jain.Load()},
 		statsock.Counter{Name: "slowest_share_x1000", Value: r.slowest.Load()})
@@ -496,14 +497,8 @@ func (r *pqRun) snapshot() *statsock.Snapshot {
 	r.mu.Unlock()
 	for _, q := range qps {
 		d.QPs = append(d.QPs, statsock.QP{Name: "writer", QPN: q.QPN(), Type: q.Type().String(), State: q.State().String(),
-			Peer: r.pair.B.IP.String(), Counters: qpCounters(q.Stats())})
+			Peer: r.pair.B.IP.String(), Counters: statcount.QP(q.Stats())})
 	}
 	s.Devices = append(s.Devices, d)
 	return s
-}
-
-// qpCounters are a QP's completion and packet counters for xroce stat
-// (counters does not look into the embedded PacketStats).
-func qpCounters(s roce.QPStats) []statsock.Counter {
-	return append(counters(s), counters(s.PacketStats)...)
 }
