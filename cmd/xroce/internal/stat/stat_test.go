@@ -1,4 +1,4 @@
-package cli
+package stat
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/statsock"
 )
 
@@ -35,7 +37,7 @@ func fakeStat(t *testing.T) string {
 
 func TestStat(t *testing.T) {
 	dir := fakeStat(t)
-	out, _, err := run(t, "stat", "--dir", dir)
+	out, _, err := clitest.Run(t, Cmd, "stat", "--dir", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func TestStat(t *testing.T) {
 	if strings.Contains(out, "timeouts") {
 		t.Errorf("a counter zero everywhere is shown without -a:\n%s", out)
 	}
-	out, _, _ = run(t, "stat", "--dir", dir, "-a")
+	out, _, _ = clitest.Run(t, Cmd, "stat", "--dir", dir, "-a")
 	if !strings.Contains(out, "timeouts") {
 		t.Errorf("-a: no timeouts line:\n%s", out)
 	}
@@ -57,7 +59,7 @@ func TestStat(t *testing.T) {
 func TestStatWatch(t *testing.T) {
 	dir := fakeStat(t)
 	start := time.Now()
-	out, _, err := run(t, "stat", "--dir", dir, "-p", strconv.Itoa(os.Getpid()), "-w", "-n", "2")
+	out, _, err := clitest.Run(t, Cmd, "stat", "--dir", dir, "-p", strconv.Itoa(os.Getpid()), "-w", "-n", "2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestStatWatch(t *testing.T) {
 
 func TestStatJSON(t *testing.T) {
 	dir := fakeStat(t)
-	out, _, err := run(t, "stat", "--dir", dir, "-json")
+	out, _, err := clitest.Run(t, Cmd, "stat", "--dir", dir, "-json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +88,14 @@ func TestStatJSON(t *testing.T) {
 
 func TestStatNothing(t *testing.T) {
 	dir := t.TempDir()
-	if _, _, err := run(t, "stat", "--dir", dir); ExitCode(err) != 1 {
+	if _, _, err := clitest.Run(t, Cmd, "stat", "--dir", dir); base.ExitCode(err) != 1 {
 		t.Errorf("no process: %v, want exit 1", err)
 	}
-	if _, _, err := run(t, "stat", "--dir", fakeStat(t), "-p", "1"); ExitCode(err) != 1 {
+	if _, _, err := clitest.Run(t, Cmd, "stat", "--dir", fakeStat(t), "-p", "1"); base.ExitCode(err) != 1 {
 		t.Errorf("absent pid: %v, want exit 1", err)
 	}
 	for _, args := range [][]string{{"stat", "-n", "3"}, {"stat", "-p", "-4"}, {"stat", "x"}, {"stat", "-bogus"}} {
-		if _, _, err := run(t, args...); ExitCode(err) != 2 {
+		if _, _, err := clitest.Run(t, Cmd, args...); base.ExitCode(err) != 2 {
 			t.Errorf("%q: %v, want exit 2", args, err)
 		}
 	}

@@ -1,4 +1,6 @@
-package cli
+// Package stat is xroce stat: the counters of running xroce processes, read
+// from their internal/statsock sockets.
+package stat
 
 import (
 	"context"
@@ -29,9 +31,8 @@ const statExamples = `  sudo xroce stat                  # every running xroce p
   sudo xroce stat -w -p 4242       # refresh every second
   sudo xroce stat -json | jq .devices[0].counters`
 
-func init() {
-	register("stat", "print the counters of running xroce processes (xroce lab, perf)", runStat)
-}
+// Cmd is xroce stat.
+var Cmd = base.Command{Name: "stat", Summary: "print the counters of running xroce processes (xroce lab, perf)", Run: runStat}
 
 type statOptions struct {
 	pid    int
