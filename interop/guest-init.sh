@@ -530,8 +530,8 @@ mode_tap() {
 # real ibv_rc_pingpong in xroce's place would wait the same way). The tool's
 # exit 0 proves the data went through; xroce's only complaint must be the
 # missing completion, and the capture since the row began (W0) must show that
-# race: xroce's last request PSN sent more than once and no ACK of the
-# guest's for it on the wire (last_ack_wire).
+# race: xroce resending its last message and no ACK of the guest's for it on
+# the wire (last_ack_wire).
 last_ack_lost() {
 	LAST_ACK_EV=""
 	[[ $1 == xloss.* ]] && [ "$2" = 0 ] || return 1
@@ -544,10 +544,15 @@ LAST_ACK_NOTE="all data through; the ACK of xroce's last message was lost after 
 # after netem: rxe's frames that netem dropped are not in it) shows of the
 # end of the row that began at W0 ($EPOCHREALTIME), and succeeds when it
 # shows the last ACK lost: the last RC request of xroce's (198.18.1.1 to the
-# guest, not an ACK, read response or atomic ACK, not QP 1) went to QP Q;
-# Q's highest PSN since W0 (24-bit, counted from Q's first PSN in the row)
-# was sent at least twice, and no ACK, atomic ACK or read response of the
-# guest's carries that PSN. xroce dump lists the packets (times relative to
+# guest, not an ACK, read response or atomic ACK, not QP 1) went to QP Q
+# with PSN R, the restart point xroce was resending; Q's highest PSN since
+# W0 is H (24-bit, counted from Q's first PSN in the row). R was sent at
+# least twice, and no ACK, atomic ACK or read response of the guest's
+# carries a PSN from R to H (an ACK of any of them would have moved xroce
+# on). R is H when the last message is one packet; a longer one is resent
+# from its first unacknowledged packet, one at a time after the ACK timeout
+# (qp/budget.go's recovery), so H itself may be on the wire once. xroce
+# dump lists the packets (times relative to
 # the capture's first frame, whose epoch time tcpdump gives); it reads the
 # capture while tcpdump still writes it (-U), a frame cut at the end is left
 # out.
@@ -564,14 +569,17 @@ last_ack_wire() {
 			if (!(q in base)) base[q] = p
 			d = (p - base[q] + 16777216) % 16777216
 			if (!(q in hid) || d > hid[q]) { hid[q] = d; hi[q] = p }
-			sent[q, p]++; last = q; nreq++
+			sent[q, p]++; last = q; lastp = p; nreq++
 			next }
 		$3 == "198.18.1.2" && $5 == "198.18.1.1" && op ~ /ACKNOWLEDGE|READ_RESPONSE/ { ans[p]++; nans++ }
 		END {
 			if (last == "") { print "no RC request of xroce\047s in the capture since the row began"; exit 1 }
-			p = hi[last]
-			printf "xroce\047s last request (QP %s PSN %d, 0x%06x) is on the wire %d times and the guest\047s ACK of it %d times (%d requests of xroce\047s, %d ACKs and responses of the guest\047s since the row began)", last, p, p, sent[last, p], ans[p] + 0, nreq, nans + 0
-			exit !(sent[last, p] >= 2 && !ans[p]) }'
+			h = hi[last]; r = lastp; n = (h - r + 16777216) % 16777216
+			if (n > 4096) n = -1 # R beyond H: not a resend of the last message
+			acked = 0
+			for (i = 0; i <= n; i++) acked += ans[(r + i) % 16777216]
+			printf "xroce\047s last request (QP %s PSN %d, 0x%06x) is on the wire %d times, its last frame (PSN %d, 0x%06x, where it resumed) %d times, and the guest\047s ACKs of PSNs from there to the last %d (%d requests of xroce\047s, %d ACKs and responses of the guest\047s since the row began)", last, h, h, sent[last, h], r, r, sent[last, r], acked, nreq, nans + 0
+			exit !(n >= 0 && sent[last, r] >= 2 && !acked) }'
 }
 
 # vs_host NAME TIMEOUT GUEST_SERVER... -- HOST_CLIENT...: a tool's server in
