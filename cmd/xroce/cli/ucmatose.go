@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
@@ -307,6 +306,14 @@ func (t *cmatose) runServer(ctx context.Context, a cmatestAddr) int {
 // cmatose's run_server calls rdma_disconnect on each before it waits, and
 // waits for every DISCONNECTED (the DREP or the DREQ's last time-out).
 func (t *cmatose) disconnectAll(ctx context.Context) int {
+	return t.eachConnected(ctx, func(dctx context.Context, c *cm.Conn) error { return c.Disconnect(dctx) })
+}
+
+// eachConnected runs end on every connected node's connection at once,
+// with at most cmPeerTimeout to do it, and marks the nodes not connected.
+// Its status is -1 if ctx ended, -ETIMEDOUT (saying so) if an end failed,
+// 0 otherwise.
+func (t *cmatose) eachConnected(ctx context.Context, end func(dctx context.Context, c *cm.Conn) error) int {
 	dctx, cancel := context.WithTimeout(ctx, cmPeerTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -317,7 +324,7 @@ func (t *cmatose) disconnectAll(ctx context.Context) int {
 		}
 		n.connected = false
 		wg.Go(func() {
-			if n.conn.Disconnect(dctx) != nil {
+			if end(dctx, n.conn) != nil {
 				silent.Store(true)
 			}
 		})
@@ -357,37 +364,17 @@ func (t *cmatose) runClient(ctx context.Context, a cmatestAddr) int {
 	if t.silent {
 		return ret
 	}
-	got := make(chan *cmatoseNode, len(t.nodes))
-	stop := make(chan struct{})
-	defer close(stop)
-	left := 0
-	for _, n := range t.nodes {
-		if !n.connected {
-			continue
-		}
-		left++
-		go func() {
-			select {
-			case <-n.conn.Done():
-				got <- n
-			case <-stop:
-			}
-		}()
-	}
-	deadline := time.NewTimer(cmPeerTimeout)
-	defer deadline.Stop()
-	for ; left > 0; left-- {
+	answer := func(dctx context.Context, c *cm.Conn) error {
 		select {
-		case n := <-got:
-			n.connected = false
-			n.conn.Disconnect(ctx)
-		case <-ctx.Done():
-			t.interrupted = true
-			return -1
-		case <-deadline.C:
-			t.printf("%s\n", silentMsg("cmatose"))
-			return -int(syscall.ETIMEDOUT)
+		case <-c.Done():
+			c.Disconnect(ctx)
+			return nil
+		case <-dctx.Done():
+			return dctx.Err()
 		}
+	}
+	if r := t.eachConnected(ctx, answer); r != 0 {
+		return r
 	}
 	return ret
 }
