@@ -439,8 +439,8 @@ func (e *Engine) sendREJFrom(c *conn, reason mad.RejReason, ari, data []byte) {
 
 // rejectREQ refuses a REQ that leaves no state behind: REJ of the REQ,
 // without our comm ID, echoing its TID.
-func (e *Engine) rejectREQ(from *Peer, m mad.MAD, reason mad.RejReason) {
-	e.sendREJ(from, m.TID(), 0, mad.REQ(m.Body()).LocalCommID(), mad.MsgREQ, reason, nil, nil)
+func (e *Engine) rejectREQ(from *Peer, m mad.MAD, reason mad.RejReason, ari []byte) {
+	e.sendREJ(from, m.TID(), 0, mad.REQ(m.Body()).LocalCommID(), mad.MsgREQ, reason, ari, nil)
 }
 
 func (e *Engine) sendMRA(c *conn, msg uint8) {
@@ -864,7 +864,7 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 		// is stale, and so is the old one (cm_match_req).
 		// Only the old connection's own peer can end it this way: a REQ
 		// from elsewhere naming its QPN is refused and changes nothing.
-		e.rejectREQ(from, m, mad.RejStaleConn)
+		e.rejectREQ(from, m, mad.RejStaleConn, nil)
 		if old.state == StateEstablished && fromPeer(old, from) {
 			e.disconnect(now, old, nil)
 		}
@@ -872,7 +872,7 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 	}
 	l := e.listeners[r.ServiceID()]
 	if l == nil {
-		e.rejectREQ(from, m, mad.RejInvalidServiceID)
+		e.rejectREQ(from, m, mad.RejInvalidServiceID, nil)
 		return
 	}
 	if !validPKey(r.PKey()) {
@@ -880,18 +880,18 @@ func (e *Engine) onREQ(now time.Duration, m mad.MAD, from *Peer) {
 		// (RoCE's holds 0xFFFF alone): REJ 12 with the GID it has.
 		e.stats.RxBadPKey.Add(1)
 		gid := from.Local.As16()
-		e.sendREJ(from, m.TID(), 0, r.LocalCommID(), mad.MsgREQ, mad.RejInvalidGID, gid[:], nil)
+		e.rejectREQ(from, m, mad.RejInvalidGID, gid[:])
 		return
 	}
 	if l.pending >= e.cfg.Backlog {
 		e.stats.Refused.Add(1)
-		e.rejectREQ(from, m, mad.RejNoResources)
+		e.rejectREQ(from, m, mad.RejNoResources, nil)
 		return
 	}
 	c, err := e.newConn()
 	if err != nil {
 		e.stats.Refused.Add(1)
-		e.rejectREQ(from, m, mad.RejNoResources)
+		e.rejectREQ(from, m, mad.RejNoResources, nil)
 		return
 	}
 	c.peer, c.state, c.tid = *from, StateReqRcvd, m.TID()
@@ -1037,10 +1037,9 @@ func (e *Engine) onMRA(now time.Duration, m mad.MAD, from *Peer) {
 
 func (e *Engine) onDREQ(now time.Duration, m mad.MAD, from *Peer) {
 	r := mad.DREQ(m.Body())
-	c := e.conns[r.RemoteCommID()]
-	if c == nil || c.remoteID != r.LocalCommID() || !fromPeer(c, from) {
+	c := e.peerConn(r.LocalCommID(), r.RemoteCommID(), from)
+	if c == nil {
 		// Nothing to disconnect: say it is done (cm_issue_drep).
-		e.stats.RxUnmatched.Add(1)
 		e.sendDREP(from, m.TID(), r.RemoteCommID(), r.LocalCommID(), nil)
 		return
 	}
