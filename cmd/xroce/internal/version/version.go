@@ -45,10 +45,7 @@ func runVersion(_ context.Context, e *base.Env, args []string) error {
 	if fs.NArg() > 0 {
 		return base.Usagef("version: unexpected argument %q", fs.Arg(0))
 	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		bi = nil
-	}
+	bi, _ := debug.ReadBuildInfo() // nil without build information
 	fmt.Fprintln(e.Stdout, versionLine(bi))
 	if *mods && bi != nil {
 		fmt.Fprint(e.Stdout, bi.String())
