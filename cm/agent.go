@@ -35,17 +35,20 @@ const grhSize = 40
 // (the GSI), and one goroutine that receives MADs, runs the Engine and its
 // timers. Its methods are safe for concurrent use.
 type Agent struct {
-	d         *roce.Device
-	pd        *roce.PD
-	cq        *roce.CQ
-	gsi       *roce.QP
-	mr        *roce.MR
-	buf       []byte // Recv receive slots of 296 bytes, then Send send slots of 256
-	nrecv     int
-	nsend     int
-	epoch     time.Time
-	mac       [6]byte
-	kick      chan struct{}
+	d     *roce.Device
+	pd    *roce.PD
+	cq    *roce.CQ
+	gsi   *roce.QP
+	mr    *roce.MR
+	buf   []byte // Recv receive slots of 296 bytes, then Send send slots of 256
+	nrecv int
+	nsend int
+	epoch time.Time
+	mac   [6]byte
+	kick  chan struct{}
+	// handled is signalled when the goroutine has handled MADs after
+	// Close began, for Close's wait to look again.
+	handled   chan struct{}
 	stop      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
@@ -90,7 +93,7 @@ func Open(d *roce.Device, cfg AgentConfig) (_ *Agent, err error) {
 		cfg.CloseWait = 10 * time.Second
 	}
 	a := &Agent{
-		d: d, nrecv: cfg.Recv, nsend: cfg.Send, epoch: time.Now(), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		d: d, nrecv: cfg.Recv, nsend: cfg.Send, epoch: time.Now(), kick: make(chan struct{}, 1), handled: make(chan struct{}, 1), stop: make(chan struct{}),
 		stopped: make(chan struct{}), conns: map[uint32]*Conn{}, reqs: map[uint32]*Request{}, queries: map[uint32]*udQuery{},
 		listeners: map[uint64][]*Listener{}, closeWait: cfg.CloseWait,
 	}
@@ -217,8 +220,15 @@ func (a *Agent) run() {
 		next := a.eng.Poll(now)
 		a.runTodoLocked()
 		next = min(next, a.eng.Poll(now))
+		closed := a.closed
 		a.mu.Unlock()
 		if n > 0 {
+			if closed {
+				select {
+				case a.handled <- struct{}{}:
+				default:
+				}
+			}
 			continue
 		}
 		// Arm, then look again: a completion between the Poll above
@@ -340,7 +350,10 @@ func (a *Agent) do(f func(now time.Duration) error) error {
 // answer, so the peer (rping, perftest, rstream on Linux) would hang in
 // its close for all its DREQ retries, half a minute. Time-wait after a
 // DREP lasts until after the peer's first resend (about 2 s against a
-// current kernel, see Engine.Answering). Close waits by default rather
+// current kernel, see Engine.Answering). Close also waits while a DREQ
+// of ours (Conn.Close, or Close itself) is in its first wait for a DREP,
+// so that a DREQ of the peer's crossing it is answered; a peer that
+// answers neither costs that one wait (Engine.Disconnecting). Close waits by default rather
 // than by an option because every program that exits after a
 // disconnect needs it, and the wait, bounded, costs nothing when no
 // connection answered a DREQ.
@@ -381,19 +394,28 @@ func (a *Agent) Close() error {
 }
 
 // answerTimewait keeps the goroutine answering DREQs until the last
-// time-wait after a DREP of ours ends, or a.closeWait passes.
+// time-wait after a DREP of ours ends and every first DREQ of ours had
+// its time to be answered (Engine.Disconnecting), or a.closeWait passes.
 func (a *Agent) answerTimewait() {
 	end := a.now() + a.closeWait
 	for {
 		a.mu.Lock()
 		n, until := a.eng.Answering()
+		m, first := a.eng.Disconnecting()
+		n, until = n+m, max(until, first)
 		now := a.now()
 		a.mu.Unlock()
 		until = min(until, end)
 		if n == 0 || now >= until {
 			return
 		}
-		time.Sleep(until - now)
+		// A DREP or the peer's DREQ may end the wait sooner.
+		t := time.NewTimer(until - now)
+		select {
+		case <-t.C:
+		case <-a.handled:
+		}
+		t.Stop()
 	}
 }
 

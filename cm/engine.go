@@ -212,9 +212,11 @@ type conn struct {
 	// again, so time-wait lasts until after its first resend.
 	peerTimeout time.Duration
 	answered    bool
-	dreqTID     uint64 // TID of the DREQ received, for the DREP
-	deadline    time.Duration
-	hidx        int
+	// crossed: the peer's DREQ crossed ours (onDREQ in StateDreqSent).
+	crossed  bool
+	dreqTID  uint64 // TID of the DREQ received, for the DREP
+	deadline time.Duration
+	hidx     int
 	// In the engine's time-wait list, oldest first (twPrev, twNext).
 	inTW           bool
 	twPrev, twNext *conn
@@ -610,6 +612,23 @@ func (e *Engine) leaveTimewaitList(c *conn) {
 func (e *Engine) Answering() (n int, until time.Duration) {
 	for c := e.twFirst; c != nil; c = c.twNext {
 		if c.answered {
+			n++
+			until = max(until, c.deadline)
+		}
+	}
+	return n, until
+}
+
+// Disconnecting returns the connections whose first DREQ is still
+// waiting for its DREP, and when the last of those waits ends. Until
+// then the peer may be sending a DREQ of its own (crossing DREQs, IBTA
+// 12.9.8.8), which only a live CM answers: the kernel's CM outlives the
+// process that destroyed its id and answers it from time-wait, an
+// Agent answers it while Close waits. A DREQ that had to be resent
+// (lost, or a peer gone) is not waited for.
+func (e *Engine) Disconnecting() (n int, until time.Duration) {
+	for _, c := range e.conns {
+		if c.state == StateDreqSent && c.retries == c.maxRetry {
 			n++
 			until = max(until, c.deadline)
 		}
@@ -1059,7 +1078,7 @@ func (e *Engine) onDREQ(now time.Duration, m mad.MAD, from *Peer) {
 	}
 	e.disarm(c)
 	crossing := c.state == StateDreqSent
-	c.state, c.dreqTID = StateDreqRcvd, m.TID()
+	c.state, c.dreqTID, c.crossed = StateDreqRcvd, m.TID(), crossing
 	if c.destroyed || crossing {
 		// Our DREQ crossed the peer's (or nobody is left to decide):
 		// answer it at once; the connection ends in time-wait.
@@ -1079,6 +1098,13 @@ func (e *Engine) onDREP(now time.Duration, m mad.MAD, from *Peer) {
 		return
 	}
 	if c.state != StateDreqSent {
+		if c.state == StateTimewait && c.crossed && c.answered {
+			// The DREP to our crossing DREQ: the peer had our DREQ,
+			// which ends its own DREQ's resends (as cm_dreq_handler
+			// cancels the DREQ of an id in DREQ_SENT), so none comes
+			// for time-wait to answer.
+			c.answered = false
+		}
 		e.stats.RxDuplicates.Add(1)
 		return
 	}

@@ -17,13 +17,14 @@ import (
 
 // filter drops the frames a test names, from the pipe's goroutines.
 type filter struct {
-	mu   sync.Mutex
-	drop func(f *bth.Frame) bool
-	f    bth.Frame
+	mu    sync.Mutex
+	drop  func(f *bth.Frame) bool
+	f     bth.Frame
+	delay time.Duration // every frame's, one way
 }
 
 func (x *filter) faults() link.Faults {
-	return link.Faults{Drop: func(b []byte) bool {
+	return link.Faults{Delay: x.delay, Drop: func(b []byte) bool {
 		x.mu.Lock()
 		defer x.mu.Unlock()
 		if x.drop == nil || x.f.Decode(b) != nil {
@@ -126,7 +127,7 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// state and answering read the agent's engine under its lock.
+// state, answering and disconnecting read the agent's engine under its lock.
 func (a *Agent) state(id uint32) State {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -137,6 +138,12 @@ func (a *Agent) answering() (int, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.eng.Answering()
+}
+
+func (a *Agent) disconnecting() (int, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.eng.Disconnecting()
 }
 
 func drepsSent(a *Agent) uint64 {
@@ -303,6 +310,89 @@ func TestAgentCloseAnswersDREQ(t *testing.T) {
 		}
 		if n, until := p.ab.answering(); n != 0 && until > p.ab.now() {
 			t.Fatalf("Close returned with %d connections in time-wait until %v (now %v)", n, until, p.ab.now())
+		}
+	})
+}
+
+// TestAgentCloseAnswersCrossingDREQ: the server closes its connection
+// and its agent at once; its DREQ is lost, and the client's DREQ, sent
+// after, crosses it. Close is still waiting for its first DREQ's answer,
+// so the client's DREQ gets its DREP (as the kernel's CM answers it from
+// time-wait after the process is gone) and the client's disconnect ends
+// without a resend or a time-out.
+func TestAgentCloseAnswersCrossingDREQ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var x filter
+		p, _ := connectPair(t, &x, AgentConfig{}, 0, true)
+		x.set(dropFirst(1, func(f *bth.Frame) bool { return cmAttr(f) == mad.AttrDREQ }))
+		if err := p.s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan struct{})
+		go func() {
+			p.ab.Close()
+			close(closed)
+		}()
+		// The client's DREQ comes later than Close's last sends could
+		// take to leave (100 ms) and before the server's DREQ would be
+		// resent.
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		if isClosed(closed) {
+			t.Fatal("Close returned while its DREQ waited for an answer")
+		}
+		if err := p.c.Disconnect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		st := p.aa.Stats()
+		if drepsSent(p.ab) != 1 || st.Retransmits.Load() != 0 || st.Timeouts.Load() != 0 {
+			t.Fatalf("server sent %d DREPs; client resent %d, timed out %d; want 1, 0, 0",
+				drepsSent(p.ab), st.Retransmits.Load(), st.Timeouts.Load())
+		}
+		<-closed
+	})
+}
+
+// TestAgentCloseCrossingDREQs: both ends close at once and their DREQs
+// cross. Each answers the other's DREQ and gets the DREP to its own, which
+// tells it that the peer's DREQ is not resent (it ended when the peer had
+// ours): both Closes return then, not after a time-wait that answers
+// resends, nor at their DREQ's time-out.
+func TestAgentCloseCrossingDREQs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		x := filter{delay: 5 * time.Millisecond}
+		p, _ := connectPair(t, &x, AgentConfig{}, 0, true)
+		p.c.Close()
+		p.s.Close()
+		_, first := p.ab.disconnecting()
+		var wg sync.WaitGroup
+		wg.Go(func() { p.aa.Close() })
+		wg.Go(func() { p.ab.Close() })
+		wg.Wait()
+		if now := p.ab.now(); now >= first {
+			t.Fatalf("Close returned at %v, not before its DREQ's time-out at %v", now, first)
+		}
+		for i, a := range []*Agent{p.aa, p.ab} {
+			if n, _ := a.answering(); drepsSent(a) != 1 || a.Stats().Retransmits.Load() != 0 || n != 0 {
+				t.Errorf("agent %d: %d DREPs sent, %d resends, %d answering; want 1, 0, 0", i, drepsSent(a), a.Stats().Retransmits.Load(), n)
+			}
+		}
+	})
+}
+
+// TestAgentCloseDREQUnanswered: a peer that answers no DREQ holds Close
+// for the first DREQ's wait, not for all its resends.
+func TestAgentCloseDREQUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var x filter
+		p, _ := connectPair(t, &x, AgentConfig{}, 0, true)
+		x.set(func(f *bth.Frame) bool { return cmAttr(f) == mad.AttrDREQ })
+		p.s.Close()
+		_, first := p.ab.disconnecting()
+		p.ab.Close()
+		if now := p.ab.now(); now < first || p.ab.Stats().Retransmits.Load() != 1 {
+			t.Fatalf("Close returned at %v, its first DREQ waited until %v; %d resent, want 1",
+				now, first, p.ab.Stats().Retransmits.Load())
 		}
 	})
 }
