@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/netns"
 )
@@ -145,7 +146,7 @@ func TestConformSendTools(t *testing.T) {
 				"-run", tc.run, "-json"}
 			// The servers do not end by themselves here (their QPs were
 			// not driven as their clients would): stop them.
-			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 			defer cancel()
 			sc := runIn(ctx, p.B, srv...)
 			waitListen(t, p.B, port, sc)
@@ -331,7 +332,7 @@ func TestConformRxeProfiles(t *testing.T) {
 func TestConformRping(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	sc, stop := startServer(t, p.B, listenHook(t), "rping", "-s", "-P", "-a", p.B.IP.String(), "-p", "7190")
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	rc := <-runIn(ctx, p.A, "conform", "-d", p.A.Ifname, "--via", "rping", "-p", "7190", "-json", p.B.IP.String())
 	stop()

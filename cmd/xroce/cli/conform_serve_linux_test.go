@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/netns"
 )
@@ -31,7 +32,7 @@ func TestConformServe(t *testing.T) {
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			port := 18740 + i
-			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 			defer cancel()
 			obs := filepath.Join(t.TempDir(), "observed.txt")
 			srv := []string{"conform", "-d", p.A.Ifname, "--serve", tc.tool, "-q", "8", "-s", fmt.Sprint(tc.size),
@@ -86,7 +87,7 @@ func TestConformServeCNP(t *testing.T) {
 	}
 	p := netns.NewT(t, netns.Config{})
 	const port = 18750
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", "1024", "-m", "1024",
 		"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}

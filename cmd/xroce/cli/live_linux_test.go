@@ -10,6 +10,7 @@ import (
 
 	"github.com/xroce/xroce/afpacket"
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
 
@@ -30,7 +31,7 @@ func TestDumpLive(t *testing.T) {
 	pcap := filepath.Join(t.TempDir(), "live.pcap")
 	var out bytes.Buffer
 	done := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	go func() {
 		done <- pair.B.Do(func() error {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/statsock"
 )
 
@@ -36,7 +37,7 @@ func TestPerfQPs(t *testing.T) {
 			if mode == "cm" {
 				args = append(args, "-cm")
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 			defer cancel()
 			done := make(chan result, 1)
 			go func() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/mad"
@@ -111,7 +112,7 @@ func runInBuf(ctx context.Context, h *netns.Host, out *syncBuffer, args ...strin
 // waits (it listens on the port then), a client in A towards B.
 func cmClientServer(t *testing.T, p *netns.Pair, server, client []string) (rs, rc result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 	defer cancel()
 	var sout syncBuffer
 	sc := runInBuf(ctx, p.B, &sout, server...)
@@ -276,7 +277,7 @@ func (c *cmRecorder) check(t *testing.T, test string, qps int) {
 // connects to gives up after the timeout.
 func TestPerfRdmaCMErrors(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	// The server's CM answers the client's REQ for another port. Both
 	// have a timeout longer than a busy machine takes to get there: the

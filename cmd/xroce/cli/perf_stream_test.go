@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
 
@@ -117,7 +118,7 @@ func TestPerfStreamNetnsBinary(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/xroce/xroce/cmd/xroce").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "perf", "stream", "-netns", "-n", "100", "-s", "65536")
 	var out, errb bytes.Buffer

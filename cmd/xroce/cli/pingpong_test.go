@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
 
@@ -58,7 +59,7 @@ func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan result {
 // or the server (if not nil) ends.
 func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
 	t.Helper()
-	deadline := time.Now().Add(testSlowdown * 30 * time.Second)
+	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
 	for time.Now().Before(deadline) {
 		if listensTCP(h, port) {
 			return
@@ -105,7 +106,7 @@ func listensTCP(h *netns.Host, port int) bool {
 // results.
 func clientServer(t *testing.T, p *netns.Pair, port int, server, client []string) (rs, rc result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 	defer cancel()
 	sc := runIn(ctx, p.B, server...)
 	waitListen(t, p.B, port, sc)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
@@ -42,7 +43,7 @@ const serverLinger = 30 * time.Second
 func cmServerClient(t *testing.T, p *netns.Pair, server, client []string, linger time.Duration) (rs, rc result) {
 	t.Helper()
 	listened := listenHook(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
@@ -219,7 +220,7 @@ func TestUcmatoseClientDisconnectOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	served := make(chan error, 1)
 	go func() {
@@ -296,7 +297,7 @@ func startServer(t *testing.T, h *netns.Host, listened <-chan struct{}, args ...
 	case <-listened:
 	case r := <-sc:
 		t.Fatalf("%q ended before listening: %v\nstdout:\n%s\nstderr:\n%s", args, r.err, r.stdout, r.stderr)
-	case <-time.After(testSlowdown * 30 * time.Second):
+	case <-time.After(clitest.Slowdown * 30 * time.Second):
 		t.Fatalf("%q never listened", args)
 	}
 	return sc, cancel
@@ -308,7 +309,7 @@ func TestRpingUcmatoseRdmaClientRejected(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	b := p.B.IP.String()
 	sc, stop := startServer(t, p.B, listenHook(t), "rping", "-s", "-p", "7174")
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
 		args           []string
@@ -339,7 +340,7 @@ func TestRpingUcmatoseRdmaClientUnanswered(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	shortPeerTimeout(t)
 	b := p.B.IP.String()
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
 		args           []string
@@ -373,7 +374,7 @@ func runLive(ctx context.Context, h *netns.Host, args ...string) (stdout *syncBu
 // waitLines waits until out has n lines.
 func waitLines(t *testing.T, out *syncBuffer, n int, res <-chan result) {
 	t.Helper()
-	deadline := time.Now().Add(testSlowdown * 30 * time.Second)
+	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
 	for strings.Count(out.String(), "\n") < n {
 		select {
 		case r := <-res:
@@ -431,7 +432,7 @@ func TestRpingInterrupted(t *testing.T) {
 		sout, sc := runLive(ctx, p.B, "rping", "-s", "-v")
 		select {
 		case <-listened:
-		case <-time.After(testSlowdown * 30 * time.Second):
+		case <-time.After(clitest.Slowdown * 30 * time.Second):
 			t.Fatal("the server never listened")
 		}
 		cc := runIn(context.Background(), p.A, "rping", "-c", "-v", "-V", "-a", b)
@@ -457,7 +458,7 @@ func TestRpingPersistent(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	b := p.B.IP.String()
 	sc, stop := startServer(t, p.B, listenHook(t), "rping", "-s", "-P", "-v")
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 	defer cancel()
 	for i, n := range []int{3, 300, 2} {
 		if i > 0 {
@@ -511,7 +512,7 @@ func fakeServer(t *testing.T, h *netns.Host, port uint16, vanish bool) {
 // clients say so after their bounded wait and end with an error status.
 func TestRpingUcmatoseRdmaClientPeerGone(t *testing.T) {
 	shortPeerTimeout(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	for _, vanish := range []bool{false, true} {
 		for _, tc := range []struct {
@@ -578,7 +579,7 @@ func TestRpingUcmatoseRdmaServerClientGone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 			defer cancel()
 			if _, err := d.agent.Dial(ctx, netip.AddrPortFrom(p.B.IP, tc.port), qp, &cm.DialOptions{Param: rpingConnParam()}); err != nil {
 				t.Fatal(err)
@@ -613,7 +614,7 @@ func TestRpingBinarySIGINT(t *testing.T) {
 	defer srv.Process.Kill()
 	sdone := make(chan error, 1)
 	go func() { sdone <- srv.Wait() }()
-	deadline := time.Now().Add(testSlowdown * 30 * time.Second)
+	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
 	for !strings.Contains(sout.String(), "rdma_listen\n") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server never listened:\n%s%s", sout.String(), serr.String())
@@ -648,7 +649,7 @@ func TestRpingBinarySIGINT(t *testing.T) {
 		if err != nil || !strings.HasPrefix(serr.String(), "server DISCONNECT EVENT...\nwait for RDMA_") {
 			t.Errorf("server: %v\nstderr:\n%s", err, serr.String())
 		}
-	case <-time.After(testSlowdown * 30 * time.Second):
+	case <-time.After(clitest.Slowdown * 30 * time.Second):
 		t.Errorf("the server did not end")
 	}
 }
@@ -659,7 +660,7 @@ func TestRpingBinarySIGINT(t *testing.T) {
 func TestRpingUcmatoseRdmaServerClientConnParams(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	type param struct{ rr, id, retry, rnr uint8 }
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 
 	t.Run("REQ", func(t *testing.T) {
@@ -762,7 +763,7 @@ func TestRpingUcmatoseUdaddyRdmaServerInterrupted(t *testing.T) {
 		select {
 		case r := <-sc:
 			wantRun(t, strings.Join(tc.args, " "), r, exitInterrupted, tc.stdout, "")
-		case <-time.After(testSlowdown * 30 * time.Second):
+		case <-time.After(clitest.Slowdown * 30 * time.Second):
 			t.Fatalf("%q did not stop", tc.args)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
 
@@ -136,7 +137,7 @@ func TestRcopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	listened := listenHook(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	sc := runIn(ctx, p.B, "rcopy", "-d", p.B.Ifname, "-n", "2")
 	<-listened

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
@@ -140,7 +141,7 @@ func TestUdaddy(t *testing.T) {
 func TestUdaddyRefused(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	b := p.B.IP.String()
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	refused := func(st string) string {
 		return "udaddy: starting client\nudaddy: connecting\nudaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: " + st +
@@ -234,7 +235,7 @@ func newUdaddyPeer(t *testing.T, d *roce.Device, recvs int) *udaddyPeer {
 func (u *udaddyPeer) wait(t *testing.T) roce.WC {
 	t.Helper()
 	var wc [1]roce.WC
-	ok, err := pollOne(context.Background(), u.cq, wc[:], nil, testSlowdown*10*time.Second)
+	ok, err := pollOne(context.Background(), u.cq, wc[:], nil, clitest.Slowdown*10*time.Second)
 	if err != nil || !ok {
 		t.Fatalf("no completion: %v", err)
 	}
@@ -269,7 +270,7 @@ func udaddyListen(t *testing.T, d *cmDevice) *cm.Listener {
 // with.
 func TestUdaddyWire(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), testSlowdown*60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 
 	t.Run("client", func(t *testing.T) {
