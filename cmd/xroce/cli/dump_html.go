@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/internal/viz"
 )
 
@@ -121,7 +122,7 @@ func (h *htmlPage) add(d *dumper, frame []byte, t time.Time) {
 		if df.gaps > fl.gaps {
 			p.Marks |= viz.MarkGap
 			p.Missing = df.missing - fl.missing
-			notes = append(notes, fmt.Sprintf("%s missing before this one", plural(p.Missing, "PSN")))
+			notes = append(notes, fmt.Sprintf("%s missing before this one", base.Plural(p.Missing, "PSN")))
 		}
 		fl.gaps, fl.missing = df.gaps, df.missing
 	}

@@ -244,14 +244,6 @@ func micros(d time.Duration) string {
 	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
 }
 
-// plural formats a count of things: 1 queue, 2 queues.
-func plural(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
-}
-
 // byteSize formats a byte count briefly: 64 B, 4 KiB, 1.5 MiB.
 func byteSize(n int) string {
 	switch {

@@ -426,11 +426,11 @@ func (r *labRun) printSetup() {
 	w := r.out
 	fmt.Fprintln(w, "xroce lab: RoCE v2 between two network namespaces over a veth pair, AF_XDP on both ends")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  namespaces  %s (A) and %s (B), veth MTU %d, %s\n", r.a.h.Name, r.b.h.Name, r.o.mtu, plural(r.o.queues, "queue"))
+	fmt.Fprintf(w, "  namespaces  %s (A) and %s (B), veth MTU %d, %s\n", r.a.h.Name, r.b.h.Name, r.o.mtu, base.Plural(r.o.queues, "queue"))
 	for _, h := range []*labHost{r.a, r.b} {
 		i := h.dev.Info()
 		fmt.Fprintf(w, "  host %s      %s %s, AF_XDP %s mode, XDP %s mode, %s, RoCE MTU %d\n",
-			h.name, h.h.IP, h.h.MAC, h.mode, h.attach, plural(i.Queues, "worker"), i.ActiveMTU.Bytes())
+			h.name, h.h.IP, h.h.MAC, h.mode, h.attach, base.Plural(i.Queues, "worker"), i.ActiveMTU.Bytes())
 	}
 	fmt.Fprint(w, "  QPs        ")
 	for i := 0; i+1 < len(r.qps); i += 2 {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -441,7 +442,7 @@ func (r *labRun) report() {
 	res := &r.res
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "results (veth MTU %d, RoCE MTU %d, %s per device, AF_XDP %s mode)\n", r.o.mtu,
-		r.a.dev.Info().ActiveMTU.Bytes(), plural(r.o.queues, "queue"), r.a.mode)
+		r.a.dev.Info().ActiveMTU.Bytes(), base.Plural(r.o.queues, "queue"), r.a.mode)
 	okText := "all byte-exact"
 	if r.failures > 0 {
 		okText = fmt.Sprintf("%d FAILED", r.failures)

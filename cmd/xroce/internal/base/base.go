@@ -3,7 +3,8 @@
 // errors and exit statuses (with the exit codes main turns them into), the
 // flag sets with the command's usage and examples, and glibc's getopt for
 // the clones of rdma-core's tools, whose command lines must read as the
-// originals'. It imports no tool; every tool may import it.
+// originals', and the formats tools print with (format.go). It imports no
+// tool; every tool may import it.
 package base
 
 import (
