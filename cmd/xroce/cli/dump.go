@@ -15,6 +15,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 )
 
 const dumpAbout = `
@@ -237,7 +238,7 @@ func (d *dumper) packet(frame []byte, t time.Time) {
 	} else {
 		d.account()
 	}
-	gsi := isGSI(&d.f)
+	gsi := pktfmt.IsGSI(&d.f)
 	if gsi {
 		d.cms.account(&d.f)
 	}
@@ -489,53 +490,53 @@ func (d *dumper) detail(st icrcState) {
 	}
 	h := f.BTH
 	fmt.Fprintf(w, "\n")
-	drawHeader(w, fmt.Sprintf("BTH: base transport header, 12 bytes (opcode 0x%02x = %s)", uint8(h.Opcode()), f.OpcodeName()), []field{
-		{"OpCode", 8, uint64(h.Opcode()), true},
-		{"S", 1, boolBit(h.SE()), false}, {"M", 1, boolBit(h.MigReq()), false},
-		{"Pad", 2, uint64(h.PadCnt()), false}, {"TVer", 4, uint64(h.TVer()), false},
-		{"P_Key", 16, uint64(h.PKey()), true},
-		{"F", 1, boolBit(h.FECN()), false}, {"B", 1, boolBit(h.BECN()), false}, {"Resv6", 6, uint64(h[4] & 0x3f), false},
-		{"DestQP", 24, uint64(h.DestQP()), true},
-		{"A", 1, boolBit(h.AckReq()), false}, {"Resv7", 7, uint64(h[8] & 0x7f), false},
-		{"PSN", 24, uint64(h.PSN()), false},
+	pktfmt.DrawHeader(w, fmt.Sprintf("BTH: base transport header, 12 bytes (opcode 0x%02x = %s)", uint8(h.Opcode()), f.OpcodeName()), []pktfmt.Field{
+		{Name: "OpCode", Bits: 8, Value: uint64(h.Opcode()), Hex: true},
+		{Name: "S", Bits: 1, Value: boolBit(h.SE())}, {Name: "M", Bits: 1, Value: boolBit(h.MigReq())},
+		{Name: "Pad", Bits: 2, Value: uint64(h.PadCnt())}, {Name: "TVer", Bits: 4, Value: uint64(h.TVer())},
+		{Name: "P_Key", Bits: 16, Value: uint64(h.PKey()), Hex: true},
+		{Name: "F", Bits: 1, Value: boolBit(h.FECN())}, {Name: "B", Bits: 1, Value: boolBit(h.BECN())}, {Name: "Resv6", Bits: 6, Value: uint64(h[4] & 0x3f)},
+		{Name: "DestQP", Bits: 24, Value: uint64(h.DestQP()), Hex: true},
+		{Name: "A", Bits: 1, Value: boolBit(h.AckReq())}, {Name: "Resv7", Bits: 7, Value: uint64(h[8] & 0x7f)},
+		{Name: "PSN", Bits: 24, Value: uint64(h.PSN())},
 	})
 	fmt.Fprintln(w, "  S solicited event, M migration request, Pad pad count, F FECN, B BECN, A AckReq")
 	if f.RDETH != nil {
 		d.dcDetail()
 	}
 	if x := f.DETH; x != nil {
-		drawHeader(w, "DETH: datagram extended transport header, 8 bytes", []field{
-			{"Q_Key", 32, uint64(x.QKey()), true}, {"Reserved", 8, uint64(x[4]), false}, {"SrcQP", 24, uint64(x.SrcQP()), true}})
+		pktfmt.DrawHeader(w, "DETH: datagram extended transport header, 8 bytes", []pktfmt.Field{
+			{Name: "Q_Key", Bits: 32, Value: uint64(x.QKey()), Hex: true}, {Name: "Reserved", Bits: 8, Value: uint64(x[4])}, {Name: "SrcQP", Bits: 24, Value: uint64(x.SrcQP()), Hex: true}})
 	}
 	if x := f.FETH; x != nil {
-		drawHeader(w, "FETH: flush extended transport header, 4 bytes", []field{
-			{"Reserved", 26, uint64(binary.BigEndian.Uint32(x) >> 6), false},
-			{"SelLevel", 2, uint64(x.SelectivityLevel()), false}, {"PlType", 4, uint64(x.PlacementType()), false}})
+		pktfmt.DrawHeader(w, "FETH: flush extended transport header, 4 bytes", []pktfmt.Field{
+			{Name: "Reserved", Bits: 26, Value: uint64(binary.BigEndian.Uint32(x) >> 6)},
+			{Name: "SelLevel", Bits: 2, Value: uint64(x.SelectivityLevel())}, {Name: "PlType", Bits: 4, Value: uint64(x.PlacementType())}})
 	}
 	if x := f.RETH; x != nil {
-		drawHeader(w, "RETH: RDMA extended transport header, 16 bytes", []field{
-			{"VA", 64, x.VA(), true}, {"R_Key", 32, uint64(x.RKey()), true}, {"DMA Length", 32, uint64(x.DMALen()), false}})
+		pktfmt.DrawHeader(w, "RETH: RDMA extended transport header, 16 bytes", []pktfmt.Field{
+			{Name: "VA", Bits: 64, Value: x.VA(), Hex: true}, {Name: "R_Key", Bits: 32, Value: uint64(x.RKey()), Hex: true}, {Name: "DMA Length", Bits: 32, Value: uint64(x.DMALen())}})
 	}
 	if x := f.AtomicETH; x != nil {
-		drawHeader(w, "AtomicETH: atomic extended transport header, 28 bytes", []field{
-			{"VA", 64, x.VA(), true}, {"R_Key", 32, uint64(x.RKey()), true},
-			{"Swap/Add", 64, x.SwapAdd(), true}, {"Compare", 64, x.Compare(), true}})
+		pktfmt.DrawHeader(w, "AtomicETH: atomic extended transport header, 28 bytes", []pktfmt.Field{
+			{Name: "VA", Bits: 64, Value: x.VA(), Hex: true}, {Name: "R_Key", Bits: 32, Value: uint64(x.RKey()), Hex: true},
+			{Name: "Swap/Add", Bits: 64, Value: x.SwapAdd(), Hex: true}, {Name: "Compare", Bits: 64, Value: x.Compare(), Hex: true}})
 	}
 	if x := f.AETH; x != nil {
-		drawHeader(w, fmt.Sprintf("AETH: ACK extended transport header, 4 bytes (%s)", x.Syndrome()), []field{
-			{"Syndrome", 8, uint64(x.Syndrome()), true}, {"MSN", 24, uint64(x.MSN()), false}})
+		pktfmt.DrawHeader(w, fmt.Sprintf("AETH: ACK extended transport header, 4 bytes (%s)", x.Syndrome()), []pktfmt.Field{
+			{Name: "Syndrome", Bits: 8, Value: uint64(x.Syndrome()), Hex: true}, {Name: "MSN", Bits: 24, Value: uint64(x.MSN())}})
 	}
 	if x := f.AtomicAckETH; x != nil {
-		drawHeader(w, "AtomicAckETH: atomic ACK extended transport header, 8 bytes", []field{
-			{"Original Remote Data", 64, x.OrigRemoteData(), true}})
+		pktfmt.DrawHeader(w, "AtomicAckETH: atomic ACK extended transport header, 8 bytes", []pktfmt.Field{
+			{Name: "Original Remote Data", Bits: 64, Value: x.OrigRemoteData(), Hex: true}})
 	}
 	if x := f.ImmDt; x != nil {
-		drawHeader(w, "ImmDt: immediate data, 4 bytes", []field{{"Immediate Data", 32, uint64(x.Imm()), true}})
+		pktfmt.DrawHeader(w, "ImmDt: immediate data, 4 bytes", []pktfmt.Field{{Name: "Immediate Data", Bits: 32, Value: uint64(x.Imm()), Hex: true}})
 	}
 	if x := f.IETH; x != nil {
-		drawHeader(w, "IETH: invalidate extended transport header, 4 bytes", []field{{"R_Key", 32, uint64(x.RKey()), true}})
+		pktfmt.DrawHeader(w, "IETH: invalidate extended transport header, 4 bytes", []pktfmt.Field{{Name: "R_Key", Bits: 32, Value: uint64(x.RKey()), Hex: true}})
 	}
-	if isGSI(f) {
+	if pktfmt.IsGSI(f) {
 		d.cmDetail()
 	}
 	d.payloadICRCDetail(st)

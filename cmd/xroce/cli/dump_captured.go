@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 )
 
 // What real capture files hold besides well-formed RoCE v2 (see
@@ -189,11 +190,11 @@ func (d *dumper) grhDetail() {
 // dcDetail draws the two headers a DC packet carries after its BTH.
 func (d *dumper) dcDetail() {
 	f := &d.f
-	drawHeader(d.w, "DCETH: 8 bytes ConnectX puts after the BTH of a DC packet (layout not public; Wireshark counts them into the BTH)", []field{
-		{"Word 0", 32, uint64(binary.BigEndian.Uint32(f.DCETH)), true},
-		{"Word 1", 32, uint64(binary.BigEndian.Uint32(f.DCETH[4:])), true}})
-	drawHeader(d.w, "RDETH: reliable datagram extended transport header, 4 bytes", []field{
-		{"Reserved", 8, uint64(f.RDETH[0]), false}, {"EE-Context", 24, uint64(f.RDETH.EEContext()), true}})
+	pktfmt.DrawHeader(d.w, "DCETH: 8 bytes ConnectX puts after the BTH of a DC packet (layout not public; Wireshark counts them into the BTH)", []pktfmt.Field{
+		{Name: "Word 0", Bits: 32, Value: uint64(binary.BigEndian.Uint32(f.DCETH)), Hex: true},
+		{Name: "Word 1", Bits: 32, Value: uint64(binary.BigEndian.Uint32(f.DCETH[4:])), Hex: true}})
+	pktfmt.DrawHeader(d.w, "RDETH: reliable datagram extended transport header, 4 bytes", []pktfmt.Field{
+		{Name: "Reserved", Bits: 8, Value: uint64(f.RDETH[0])}, {Name: "EE-Context", Bits: 24, Value: uint64(f.RDETH.EEContext()), Hex: true}})
 }
 
 // wireLen returns the length of the decoded packet on the wire, from its IP

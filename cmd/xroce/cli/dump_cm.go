@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 	"github.com/xroce/xroce/mad"
 )
 
@@ -21,23 +22,9 @@ type cmStats struct {
 	malformed int                // payloads to QP 1 that are not a MAD
 }
 
-// isGSI reports whether the decoded frame is a UD SEND to QP 1, the General
-// Services Interface that carries management datagrams.
-func isGSI(f *bth.Frame) bool { return f.DETH != nil && f.BTH.DestQP() == 1 }
-
-// gsiMAD returns the MAD of a GSI frame, and what is wrong with it for the
-// CM: parse errors (short) or CheckCM's.
-func gsiMAD(f *bth.Frame) (m mad.MAD, parseErr, cmErr error) {
-	m, parseErr = mad.Parse(f.Payload)
-	if parseErr != nil {
-		return nil, parseErr, nil
-	}
-	return m, nil, m.CheckCM()
-}
-
 // account counts the MAD of a GSI frame.
 func (s *cmStats) account(f *bth.Frame) {
-	m, perr, cerr := gsiMAD(f)
+	m, perr, cerr := pktfmt.GSIMAD(f)
 	switch {
 	case perr != nil:
 		s.malformed++
@@ -80,7 +67,7 @@ func appendCM(b []byte, f *bth.Frame) []byte {
 	if q := f.DETH.QKey(); q != mad.GSIQKey {
 		b = fmt.Appendf(b, "  QP 1 packet with Q_Key 0x%08x, not the GSI's 0x%08x: receivers drop it\n", q, uint32(mad.GSIQKey))
 	}
-	m, perr, cerr := gsiMAD(f)
+	m, perr, cerr := pktfmt.GSIMAD(f)
 	if perr != nil {
 		return fmt.Appendf(b, "  MAD malformed: %d bytes, a MAD has %d\n", len(f.Payload), mad.Size)
 	}
@@ -94,7 +81,7 @@ func appendCM(b []byte, f *bth.Frame) []byte {
 	case mad.AttrREQ:
 		r := mad.REQ(body)
 		b = fmt.Appendf(b, " comm 0x%08x svc %s qpn 0x%06x psn 0x%06x mtu %s rr/id %d/%d retry %d rnr %d",
-			r.LocalCommID(), svcString(r.ServiceID()), r.LocalQPN(), r.StartingPSN(), mtuString(r.PathMTU()),
+			r.LocalCommID(), pktfmt.ServiceString(r.ServiceID()), r.LocalQPN(), r.StartingPSN(), mtuString(r.PathMTU()),
 			r.ResponderResources(), r.InitiatorDepth(), r.RetryCount(), r.RNRRetryCount())
 		b = appendCMA(b, r.ServiceID(), r.PrivateData())
 		b = appendPData(b, r.PrivateData())
@@ -128,26 +115,18 @@ func appendCM(b []byte, f *bth.Frame) []byte {
 		b = appendPData(b, r.PrivateData())
 	case mad.AttrSIDRREQ:
 		r := mad.SIDRREQ(body)
-		b = fmt.Appendf(b, " request 0x%08x svc %s pkey 0x%04x", r.RequestID(), svcString(r.ServiceID()), r.PKey())
+		b = fmt.Appendf(b, " request 0x%08x svc %s pkey 0x%04x", r.RequestID(), pktfmt.ServiceString(r.ServiceID()), r.PKey())
 		b = appendCMA(b, r.ServiceID(), r.PrivateData())
 		b = appendPData(b, r.PrivateData())
 	case mad.AttrSIDRREP:
 		r := mad.SIDRREP(body)
 		b = fmt.Appendf(b, " request 0x%08x status %d (%s) qpn 0x%06x qkey 0x%08x svc %s",
-			r.RequestID(), uint8(r.Status()), r.Status(), r.QPN(), r.QKey(), svcString(r.ServiceID()))
+			r.RequestID(), uint8(r.Status()), r.Status(), r.QPN(), r.QKey(), pktfmt.ServiceString(r.ServiceID()))
 		b = appendPData(b, r.PrivateData())
 	default:
 		b = append(b, " (not decoded)"...)
 	}
 	return append(b, '\n')
-}
-
-// svcString formats a service ID: PORTSPACE:port for rdma_cm's, else hex.
-func svcString(id uint64) string {
-	if ps, port, ok := mad.SplitServiceID(id); ok {
-		return fmt.Sprintf("%s:%d", ps, port)
-	}
-	return fmt.Sprintf("0x%016x", id)
 }
 
 // appendCMA appends the rdma_cm header of a REQ or SIDR_REQ whose service
@@ -215,18 +194,18 @@ func ibTime(t uint8) string {
 // message, for -v.
 func (d *dumper) cmDetail() {
 	w := d.w
-	m, perr, _ := gsiMAD(&d.f)
+	m, perr, _ := pktfmt.GSIMAD(&d.f)
 	if perr != nil {
 		return
 	}
 	h := m.Header()
-	drawHeader(w, fmt.Sprintf("MAD: common management datagram header, 24 bytes (class 0x%02x, attribute %s)", h.MgmtClass, h.AttrID), []field{
-		{"BaseVersion", 8, uint64(h.BaseVersion), false}, {"MgmtClass", 8, uint64(h.MgmtClass), true},
-		{"ClassVersion", 8, uint64(h.ClassVersion), false}, {"Method", 8, uint64(h.Method), true},
-		{"Status", 16, uint64(h.Status), true}, {"ClassSpecific", 16, uint64(h.ClassSpecific), true},
-		{"TransactionID", 64, h.TID, true},
-		{"AttributeID", 16, uint64(h.AttrID), true}, {"Reserved", 16, uint64(m[18])<<8 | uint64(m[19]), false},
-		{"AttributeModifier", 32, uint64(h.AttrMod), true},
+	pktfmt.DrawHeader(w, fmt.Sprintf("MAD: common management datagram header, 24 bytes (class 0x%02x, attribute %s)", h.MgmtClass, h.AttrID), []pktfmt.Field{
+		{Name: "BaseVersion", Bits: 8, Value: uint64(h.BaseVersion)}, {Name: "MgmtClass", Bits: 8, Value: uint64(h.MgmtClass), Hex: true},
+		{Name: "ClassVersion", Bits: 8, Value: uint64(h.ClassVersion)}, {Name: "Method", Bits: 8, Value: uint64(h.Method), Hex: true},
+		{Name: "Status", Bits: 16, Value: uint64(h.Status), Hex: true}, {Name: "ClassSpecific", Bits: 16, Value: uint64(h.ClassSpecific), Hex: true},
+		{Name: "TransactionID", Bits: 64, Value: h.TID, Hex: true},
+		{Name: "AttributeID", Bits: 16, Value: uint64(h.AttrID), Hex: true}, {Name: "Reserved", Bits: 16, Value: uint64(m[18])<<8 | uint64(m[19])},
+		{Name: "AttributeModifier", Bits: 32, Value: uint64(h.AttrMod), Hex: true},
 	})
 	if m.CheckCM() != nil {
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 	"github.com/xroce/xroce/internal/viz"
 )
 
@@ -94,7 +95,7 @@ func (h *htmlPage) add(d *dumper, frame []byte, t time.Time) {
 	p.Opcode, p.PSN, p.AckReq, p.Response = f.OpcodeName(), uint32(psn), f.BTH.AckReq(), resp
 	p.Payload, p.Wire = len(f.Payload), f.Len()
 	p.Data = op != bth.OpCNP && (!resp || op.IsReadResponse())
-	p.Label = describe(f)
+	p.Label = pktfmt.Describe(f)
 	p.Headers = frameHeaders(f)
 	var notes []string
 	// A header-only frame has no ICRC to check; one of the RDMA
@@ -104,7 +105,7 @@ func (h *htmlPage) add(d *dumper, frame []byte, t time.Time) {
 		p.Error = fmt.Sprintf("ICRC 0x%08x, computed 0x%08x", f.ICRC, f.ComputeICRC())
 		p.Label += " ICRC BAD"
 	}
-	if isGSI(f) {
+	if pktfmt.IsGSI(f) {
 		p.Marks |= viz.MarkCM
 	}
 	half := halfKey{f.SrcIP(), f.DstIP(), f.BTH.DestQP()}
@@ -284,47 +285,47 @@ func frameHeaders(f *bth.Frame) []viz.Header {
 	hs = append(hs, viz.Header{Name: "BTH", Title: fmt.Sprintf("opcode 0x%02x = %s", uint8(b.Opcode()), b.Opcode()),
 		About: "base transport header, 12 bytes (S solicited event, M MigReq, Pad pad count, F FECN, B BECN, A AckReq)",
 		Fields: vizFields(
-			field{"OpCode", 8, uint64(b.Opcode()), true},
-			field{"S", 1, boolBit(b.SE()), false}, field{"M", 1, boolBit(b.MigReq()), false},
-			field{"Pad", 2, uint64(b.PadCnt()), false}, field{"TVer", 4, uint64(b.TVer()), false},
-			field{"P_Key", 16, uint64(b.PKey()), true},
-			field{"F", 1, boolBit(b.FECN()), false}, field{"B", 1, boolBit(b.BECN()), false}, field{"Resv6", 6, uint64(b[4] & 0x3f), false},
-			field{"DestQP", 24, uint64(b.DestQP()), true},
-			field{"A", 1, boolBit(b.AckReq()), false}, field{"Resv7", 7, uint64(b[8] & 0x7f), false},
-			field{"PSN", 24, uint64(b.PSN()), false})})
+			pktfmt.Field{Name: "OpCode", Bits: 8, Value: uint64(b.Opcode()), Hex: true},
+			pktfmt.Field{Name: "S", Bits: 1, Value: boolBit(b.SE())}, pktfmt.Field{Name: "M", Bits: 1, Value: boolBit(b.MigReq())},
+			pktfmt.Field{Name: "Pad", Bits: 2, Value: uint64(b.PadCnt())}, pktfmt.Field{Name: "TVer", Bits: 4, Value: uint64(b.TVer())},
+			pktfmt.Field{Name: "P_Key", Bits: 16, Value: uint64(b.PKey()), Hex: true},
+			pktfmt.Field{Name: "F", Bits: 1, Value: boolBit(b.FECN())}, pktfmt.Field{Name: "B", Bits: 1, Value: boolBit(b.BECN())}, pktfmt.Field{Name: "Resv6", Bits: 6, Value: uint64(b[4] & 0x3f)},
+			pktfmt.Field{Name: "DestQP", Bits: 24, Value: uint64(b.DestQP()), Hex: true},
+			pktfmt.Field{Name: "A", Bits: 1, Value: boolBit(b.AckReq())}, pktfmt.Field{Name: "Resv7", Bits: 7, Value: uint64(b[8] & 0x7f)},
+			pktfmt.Field{Name: "PSN", Bits: 24, Value: uint64(b.PSN())})})
 	if x := f.DETH; x != nil {
 		hs = append(hs, viz.Header{Name: "DETH", About: "datagram extended transport header, 8 bytes", Fields: vizFields(
-			field{"Q_Key", 32, uint64(x.QKey()), true}, field{"Reserved", 8, uint64(x[4]), false}, field{"SrcQP", 24, uint64(x.SrcQP()), true})})
+			pktfmt.Field{Name: "Q_Key", Bits: 32, Value: uint64(x.QKey()), Hex: true}, pktfmt.Field{Name: "Reserved", Bits: 8, Value: uint64(x[4])}, pktfmt.Field{Name: "SrcQP", Bits: 24, Value: uint64(x.SrcQP()), Hex: true})})
 	}
 	if x := f.FETH; x != nil {
 		hs = append(hs, viz.Header{Name: "FETH", About: "flush extended transport header, 4 bytes", Fields: vizFields(
-			field{"Reserved", 26, uint64(binary.BigEndian.Uint32(x) >> 6), false},
-			field{"SelLevel", 2, uint64(x.SelectivityLevel()), false}, field{"PlType", 4, uint64(x.PlacementType()), false})})
+			pktfmt.Field{Name: "Reserved", Bits: 26, Value: uint64(binary.BigEndian.Uint32(x) >> 6)},
+			pktfmt.Field{Name: "SelLevel", Bits: 2, Value: uint64(x.SelectivityLevel())}, pktfmt.Field{Name: "PlType", Bits: 4, Value: uint64(x.PlacementType())})})
 	}
 	if x := f.RETH; x != nil {
 		hs = append(hs, viz.Header{Name: "RETH", About: "RDMA extended transport header, 16 bytes", Fields: vizFields(
-			field{"VA", 64, x.VA(), true}, field{"R_Key", 32, uint64(x.RKey()), true}, field{"DMA Length", 32, uint64(x.DMALen()), false})})
+			pktfmt.Field{Name: "VA", Bits: 64, Value: x.VA(), Hex: true}, pktfmt.Field{Name: "R_Key", Bits: 32, Value: uint64(x.RKey()), Hex: true}, pktfmt.Field{Name: "DMA Length", Bits: 32, Value: uint64(x.DMALen())})})
 	}
 	if x := f.AtomicETH; x != nil {
 		hs = append(hs, viz.Header{Name: "AtomicETH", About: "atomic extended transport header, 28 bytes", Fields: vizFields(
-			field{"VA", 64, x.VA(), true}, field{"R_Key", 32, uint64(x.RKey()), true},
-			field{"Swap/Add", 64, x.SwapAdd(), true}, field{"Compare", 64, x.Compare(), true})})
+			pktfmt.Field{Name: "VA", Bits: 64, Value: x.VA(), Hex: true}, pktfmt.Field{Name: "R_Key", Bits: 32, Value: uint64(x.RKey()), Hex: true},
+			pktfmt.Field{Name: "Swap/Add", Bits: 64, Value: x.SwapAdd(), Hex: true}, pktfmt.Field{Name: "Compare", Bits: 64, Value: x.Compare(), Hex: true})})
 	}
 	if x := f.AETH; x != nil {
 		hs = append(hs, viz.Header{Name: "AETH", About: "ACK extended transport header, 4 bytes", Title: x.Syndrome().String(), Fields: vizFields(
-			field{"Syndrome", 8, uint64(x.Syndrome()), true}, field{"MSN", 24, uint64(x.MSN()), false})})
+			pktfmt.Field{Name: "Syndrome", Bits: 8, Value: uint64(x.Syndrome()), Hex: true}, pktfmt.Field{Name: "MSN", Bits: 24, Value: uint64(x.MSN())})})
 	}
 	if x := f.AtomicAckETH; x != nil {
 		hs = append(hs, viz.Header{Name: "AtomicAckETH", About: "atomic ACK extended transport header, 8 bytes", Fields: vizFields(
-			field{"Original Remote Data", 64, x.OrigRemoteData(), true})})
+			pktfmt.Field{Name: "Original Remote Data", Bits: 64, Value: x.OrigRemoteData(), Hex: true})})
 	}
 	if x := f.ImmDt; x != nil {
-		hs = append(hs, viz.Header{Name: "ImmDt", About: "immediate data, 4 bytes", Fields: vizFields(field{"Immediate Data", 32, uint64(x.Imm()), true})})
+		hs = append(hs, viz.Header{Name: "ImmDt", About: "immediate data, 4 bytes", Fields: vizFields(pktfmt.Field{Name: "Immediate Data", Bits: 32, Value: uint64(x.Imm()), Hex: true})})
 	}
 	if x := f.IETH; x != nil {
-		hs = append(hs, viz.Header{Name: "IETH", About: "invalidate extended transport header, 4 bytes", Fields: vizFields(field{"R_Key", 32, uint64(x.RKey()), true})})
+		hs = append(hs, viz.Header{Name: "IETH", About: "invalidate extended transport header, 4 bytes", Fields: vizFields(pktfmt.Field{Name: "R_Key", Bits: 32, Value: uint64(x.RKey()), Hex: true})})
 	}
-	if isGSI(f) {
+	if pktfmt.IsGSI(f) {
 		for _, l := range strings.Split(strings.TrimSpace(string(appendCM(nil, f))), "\n") {
 			hs = append(hs, viz.Header{Name: "MAD", Title: strings.TrimSpace(l)})
 		}
@@ -344,14 +345,14 @@ func frameHeaders(f *bth.Frame) []viz.Header {
 
 // vizFields formats fields for the page: hex ones with as many digits as
 // their width holds.
-func vizFields(fs ...field) []viz.Field {
+func vizFields(fs ...pktfmt.Field) []viz.Field {
 	out := make([]viz.Field, len(fs))
 	for i, f := range fs {
-		v := fmt.Sprint(f.value)
-		if f.hex {
-			v = fmt.Sprintf("0x%0*x", (f.bits+3)/4, f.value)
+		v := fmt.Sprint(f.Value)
+		if f.Hex {
+			v = fmt.Sprintf("0x%0*x", (f.Bits+3)/4, f.Value)
 		}
-		out[i] = viz.Field{Name: f.name, Bits: f.bits, Value: v}
+		out[i] = viz.Field{Name: f.Name, Bits: f.Bits, Value: v}
 	}
 	return out
 }

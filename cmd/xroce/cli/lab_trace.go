@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
-	"github.com/xroce/xroce/mad"
+	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 )
 
 // traceFrame is a frame kept for the sequence diagram.
@@ -65,7 +65,7 @@ func (d *diagram) draw(f traceFrame, lost bool) {
 		fmt.Fprintf(d.w, "  %9.3f  |%s| %v\n", ms, strings.Repeat(" ", diagramWidth), err)
 		return
 	}
-	label := " " + describe(&d.f) + " "
+	label := " " + pktfmt.Describe(&d.f) + " "
 	if !d.f.VerifyICRC() {
 		label += "ICRC BAD "
 	}
@@ -86,69 +86,6 @@ func (d *diagram) draw(f traceFrame, lost bool) {
 		line = "|<-" + strings.Repeat("-", fill) + label + "-|"
 	}
 	fmt.Fprintf(d.w, "  %9.3f  %s\n", ms, line)
-}
-
-// describe is a short line for a decoded frame: opcode, PSN, AckReq and
-// the extension headers' main fields.
-func describe(f *bth.Frame) string {
-	var b strings.Builder
-	op := f.Opcode()
-	if isGSI(f) {
-		return describeCM(f)
-	}
-	fmt.Fprintf(&b, "%s PSN %d", op, f.BTH.PSN())
-	if f.BTH.AckReq() {
-		b.WriteString(" A")
-	}
-	if f.DETH != nil {
-		fmt.Fprintf(&b, " QKey %#x", f.DETH.QKey())
-	}
-	if f.RETH != nil {
-		fmt.Fprintf(&b, " RETH dlen %d", f.RETH.DMALen())
-	}
-	if f.AtomicETH != nil {
-		if op == bth.RCCompareSwap {
-			fmt.Fprintf(&b, " cmp %d swap %d", f.AtomicETH.Compare(), f.AtomicETH.SwapAdd())
-		} else {
-			fmt.Fprintf(&b, " add %d", f.AtomicETH.SwapAdd())
-		}
-	}
-	if f.AETH != nil {
-		// rxe and xroce send no credits (31): "ACK" says it all.
-		syn := strings.TrimSuffix(f.AETH.Syndrome().String(), " credits=invalid")
-		fmt.Fprintf(&b, " %s MSN %d", syn, f.AETH.MSN())
-	}
-	if f.AtomicAckETH != nil {
-		fmt.Fprintf(&b, " orig %d", f.AtomicAckETH.OrigRemoteData())
-	}
-	if f.ImmDt != nil {
-		fmt.Fprintf(&b, " imm %#x", f.ImmDt.Imm())
-	}
-	if len(f.Payload) > 0 {
-		fmt.Fprintf(&b, " (%d B)", len(f.Payload))
-	}
-	return b.String()
-}
-
-// describeCM is the line of a management datagram to QP 1: the CM message
-// and what it sets up.
-func describeCM(f *bth.Frame) string {
-	m, perr, cerr := gsiMAD(f)
-	if perr != nil || cerr != nil {
-		return fmt.Sprintf("MAD to QP 1, not CM (%d B)", len(f.Payload))
-	}
-	switch body := m.Body(); m.AttrID() {
-	case mad.AttrREQ:
-		r := mad.REQ(body)
-		return fmt.Sprintf("CM REQ %s QPN %#x PSN %d", svcString(r.ServiceID()), r.LocalQPN(), r.StartingPSN())
-	case mad.AttrREP:
-		r := mad.REP(body)
-		return fmt.Sprintf("CM REP QPN %#x PSN %d", r.LocalQPN(), r.StartingPSN())
-	case mad.AttrREJ:
-		r := mad.REJ(body)
-		return fmt.Sprintf("CM REJ reason %d (%v)", uint16(r.Reason()), r.Reason())
-	}
-	return "CM " + m.AttrID().String()
 }
 
 // drawFirstNAK draws the first PSN sequence NAK among kept, frames

@@ -1,4 +1,4 @@
-package cli
+package pktfmt
 
 import (
 	"fmt"
@@ -6,20 +6,20 @@ import (
 	"strings"
 )
 
-// field is one header field for a bit diagram: its name as the IBTA spec
+// A Field is one header field for a bit diagram: its name as the IBTA spec
 // writes it, its width in bits and the value it holds.
-type field struct {
-	name  string
-	bits  int
-	value uint64
-	hex   bool // print the value in hex
+type Field struct {
+	Name  string
+	Bits  int
+	Value uint64
+	Hex   bool // print the value in hex
 }
 
-// drawHeader writes a header as the spec draws it: rows of 32 bits, each
+// DrawHeader writes a header as the spec draws it: rows of 32 bits, each
 // field a box holding its name and value, the way RFCs and the IBTA
 // specification lay out packet formats. Fields wider than a row are split
 // across rows, the top bits first.
-func drawHeader(w io.Writer, title string, fields []field) {
+func DrawHeader(w io.Writer, title string, fields []Field) {
 	const row = 32
 	fmt.Fprintf(w, "  %s\n", title)
 	fmt.Fprintln(w, "   0                   1                   2                   3")
@@ -38,21 +38,21 @@ func drawHeader(w io.Writer, title string, fields []field) {
 		used = 0
 	}
 	for _, f := range fields {
-		remaining := f.bits
+		remaining := f.Bits
 		part := 0
 		for remaining > 0 {
 			take := min(remaining, row-used)
 			// The bits of f.value this piece shows: the top ones first.
 			shift := remaining - take
-			v := f.value >> uint(shift)
+			v := f.Value >> uint(shift)
 			if take < 64 {
 				v &= 1<<uint(take) - 1
 			}
-			name := f.name
-			if f.bits > take || part > 0 {
-				name = fmt.Sprintf("%s[%d:%d]", f.name, shift+take-1, shift)
+			name := f.Name
+			if f.Bits > take || part > 0 {
+				name = fmt.Sprintf("%s[%d:%d]", f.Name, shift+take-1, shift)
 			}
-			line.WriteString(cell(name, v, take, f.hex))
+			line.WriteString(cell(name, v, take, f.Hex))
 			line.WriteByte('|')
 			used += take
 			remaining -= take
