@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 )
 
 // capturedRE reads the summary's first line with the counts that real
@@ -102,7 +103,7 @@ func TestDumpSnifferPorts(t *testing.T) {
 // header-only with its headers decoded, and the exit status is 0. A cut
 // inside the headers names the header the capture cut.
 func TestDumpHeaderOnly(t *testing.T) {
-	frames := realFrames(t, "05_read_bw_s8192.pcap", 20)
+	frames := clitest.RealFrames(t, "05_read_bw_s8192.pcap", 20)
 	cut := func(n int) [][]byte {
 		var out [][]byte
 		for _, fr := range frames {
@@ -110,7 +111,7 @@ func TestDumpHeaderOnly(t *testing.T) {
 		}
 		return out
 	}
-	out, _, err := run(t, "dump", writeCapture(t, false, layers.LinkTypeEthernet, cut(100)))
+	out, _, err := run(t, "dump", clitest.WriteCapture(t, false, layers.LinkTypeEthernet, cut(100)))
 	if err != nil {
 		t.Fatalf("dump of a capture cut at 100 bytes: %v\n%s", err, out)
 	}
@@ -128,11 +129,11 @@ func TestDumpHeaderOnly(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
-	out, _, err = run(t, "dump", "-v", "-c", "2", writeCapture(t, false, layers.LinkTypeEthernet, cut(100)))
+	out, _, err = run(t, "dump", "-v", "-c", "2", clitest.WriteCapture(t, false, layers.LinkTypeEthernet, cut(100)))
 	if err != nil || !strings.Contains(out, "  ICRC      not captured") || !strings.Contains(out, "the packet is 1072 bytes on the wire, the capture holds 86") {
 		t.Errorf("-v of a header-only frame: %v\n%s", err, out)
 	}
-	out, _, err = run(t, "dump", writeCapture(t, false, layers.LinkTypeEthernet, cut(40)))
+	out, _, err = run(t, "dump", clitest.WriteCapture(t, false, layers.LinkTypeEthernet, cut(40)))
 	if err != nil || !strings.Contains(out, "header-only RoCE v2 packet, cut inside its headers: decode udp at 40: cut short by the capture") {
 		t.Errorf("capture cut at 40 bytes: %v\n%s", err, out)
 	}

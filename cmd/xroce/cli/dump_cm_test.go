@@ -13,13 +13,14 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/mad"
 )
 
 // TestDumpCM decodes the CM exchange of the rxe rping capture. Values read
 // with tshark -d udp.port==4791,infiniband -V.
 func TestDumpCM(t *testing.T) {
-	out, _, err := run(t, "dump", filepath.Join(captures, "09_rping_rdmacm.pcap"))
+	out, _, err := run(t, "dump", filepath.Join(clitest.Captures, "09_rping_rdmacm.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +42,14 @@ func TestDumpCM(t *testing.T) {
 		t.Errorf("%d CM lines, want 5", n)
 	}
 	// -q keeps the count, without the lines.
-	out, _, err = run(t, "dump", "-q", filepath.Join(captures, "09_rping_rdmacm.pcap"))
+	out, _, err = run(t, "dump", "-q", filepath.Join(clitest.Captures, "09_rping_rdmacm.pcap"))
 	if err != nil || strings.Contains(out, "  CM ") || !strings.Contains(out, "Management datagrams to QP 1: 1 REQ,") {
 		t.Errorf("-q: %v\n%s", err, out)
 	}
 }
 
 func TestDumpCMVerbose(t *testing.T) {
-	out, _, err := run(t, "dump", "-v", "-c", "3", filepath.Join(captures, "09_rping_rdmacm.pcap"))
+	out, _, err := run(t, "dump", "-v", "-c", "3", filepath.Join(clitest.Captures, "09_rping_rdmacm.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestDumpCMMessages(t *testing.T) {
 			"  QP 1 packet with Q_Key 0x12345678, not the GSI's 0x80010000: receivers drop it\n  CM DREP tid 0x0000000b2975ef71 comm 0x00000001 remote 0x00000000 pdata 0/224"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := writeCapture(t, false, layers.LinkTypeEthernet, [][]byte{gsiFrame(t, tc.qkey, tc.payload)})
+			path := clitest.WriteCapture(t, false, layers.LinkTypeEthernet, [][]byte{gsiFrame(t, tc.qkey, tc.payload)})
 			for _, args := range [][]string{{"dump", path}, {"dump", "-v", "-x", path}} {
 				out, _, err := run(t, args...)
 				if err != nil {
@@ -290,7 +291,7 @@ func TestDumpCMMessages(t *testing.T) {
 	// The summary counts what is not a CM message.
 	frames := [][]byte{gsiFrame(t, mad.GSIQKey, make([]byte, 8)), gsiFrame(t, mad.GSIQKey, badClass),
 		gsiFrame(t, mad.GSIQKey, cmMAD(mad.AttrRTU, func([]byte) {}))}
-	out, _, err := run(t, "dump", "-q", writeCapture(t, false, layers.LinkTypeEthernet, frames))
+	out, _, err := run(t, "dump", "-q", clitest.WriteCapture(t, false, layers.LinkTypeEthernet, frames))
 	if err != nil || !strings.Contains(out, "Management datagrams to QP 1: 1 RTU, 1 other MADs, 1 malformed MADs\n") {
 		t.Errorf("summary: %v\n%s", err, out)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/qp"
 )
 
@@ -160,7 +161,7 @@ func TestDumpCNP(t *testing.T) {
 	if cnps < 10 {
 		t.Fatalf("%d CNPs in the capture, want a dozen or more", cnps)
 	}
-	path := writeCapture(t, false, layers.LinkTypeEthernet, frames)
+	path := clitest.WriteCapture(t, false, layers.LinkTypeEthernet, frames)
 	out, _, err := run(t, "dump", "-v", path)
 	if err != nil {
 		t.Fatalf("dump: %v\n%s", err, out)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,68 +16,9 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/viz"
 )
-
-var (
-	hostA = netip.MustParseAddr("198.18.0.1")
-	hostB = netip.MustParseAddr("198.18.0.2")
-)
-
-// rcFrame builds an RC (or UD, with DETH) frame from src to dst.
-func rcFrame(t *testing.T, src, dst netip.Addr, op bth.Opcode, qp uint32, psn bth.PSN, syn bth.Syndrome, n int) []byte {
-	t.Helper()
-	ff := bth.FrameFields{
-		SrcMAC: [6]byte{2, 0, 0, 0, 0, src.As4()[3]}, DstMAC: [6]byte{2, 0, 0, 0, 0, dst.As4()[3]},
-		SrcIP: src, DstIP: dst, TTL: 64, SrcPort: 0xc011,
-		BTH:  bth.BTHFields{Opcode: op, PKey: 0xffff, DestQP: qp, PSN: psn, AckReq: true},
-		AETH: bth.AETHFields{Syndrome: syn},
-		RETH: bth.RETHFields{VA: 0x1000, RKey: 0x1234, DMALen: uint32(n)},
-		DETH: bth.DETHFields{QKey: 0x11111111, SrcQP: 0x44},
-	}
-	buf := make([]byte, ff.FrameLen(n))
-	l, err := bth.Build(buf, &ff, make([]byte, n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf[:l]
-}
-
-// lossyCapture is a capture taken at A, one frame a millisecond, with one
-// of each thing the page marks. want lists the marks by packet number.
-func lossyCapture(t *testing.T) (path string, want map[int]viz.Mark) {
-	ack, seq := bth.ACKSyndrome(bth.CreditsInvalid), bth.NakPSNSeqError
-	a2b := func(op bth.Opcode, psn bth.PSN, n int) []byte { return rcFrame(t, hostA, hostB, op, 0x22, psn, 0, n) }
-	b2a := func(psn bth.PSN, syn bth.Syndrome) []byte {
-		return rcFrame(t, hostB, hostA, bth.RCAck, 0x11, psn, syn, 0)
-	}
-	bad := a2b(bth.RCSendOnly, 108, 16)
-	bad[len(bad)-1] ^= 0xff
-	frames := [][]byte{
-		a2b(bth.RCSendOnly, 100, 64),             // 1
-		b2a(100, ack),                            // 2
-		a2b(bth.RCSendOnly, 101, 64),             // 3 lost: the NAK names it
-		a2b(bth.RCSendOnly, 102, 64),             // 4
-		b2a(101, seq),                            // 5 NAK
-		a2b(bth.RCSendOnly, 101, 64),             // 6 sent again
-		a2b(bth.RCSendOnly, 102, 64),             // 7 sent again
-		b2a(102, ack),                            // 8
-		a2b(bth.RCSendOnly, 103, 64),             // 9
-		b2a(103, bth.RNRNakSyndrome(14)),         // 10 RNR NAK, 1.28 ms
-		a2b(bth.RCSendOnly, 103, 64),             // 11 sent again
-		b2a(103, ack),                            // 12
-		a2b(bth.RCWriteOnly, 104, 64),            // 13
-		b2a(104, bth.NakRemoteAccessError),       // 14 error NAK
-		a2b(bth.RCSendOnly, 107, 64),             // 15 105 and 106 missing
-		bad,                                      // 16 bad ICRC
-		a2b(bth.RCSendOnly, 109, 64)[:14+20+8+6], // 17 malformed: a short BTH
-		rcFrame(t, hostA, hostB, bth.UDSendOnly, 0x33, 7, 0, 32), // 18 UD, from QP 0x44
-		make([]byte, 60), // 19 not RoCE
-	}
-	want = map[int]viz.Mark{3: viz.MarkLost, 5: viz.MarkNAK, 6: viz.MarkRetrans, 7: viz.MarkRetrans, 10: viz.MarkRNR,
-		11: viz.MarkRetrans, 14: viz.MarkNAKError, 15: viz.MarkGap, 16: viz.MarkBad, 17: viz.MarkBad}
-	return writeCapture(t, false, layers.LinkTypeEthernet, frames), want
-}
 
 // buildPage reads a capture as dump --html does and returns the model.
 func buildPage(t *testing.T, path string) *viz.Capture {
@@ -92,7 +32,7 @@ func buildPage(t *testing.T, path string) *viz.Capture {
 }
 
 func TestDumpHTMLMarks(t *testing.T) {
-	path, want := lossyCapture(t)
+	path, want := clitest.LossyCapture(t)
 	c := buildPage(t, path)
 	if c.Frames != 19 || c.Skipped != 1 || len(c.Packets) != 18 {
 		t.Fatalf("%d frames, %d skipped, %d packets; want 19, 1, 18", c.Frames, c.Skipped, len(c.Packets))
@@ -148,7 +88,7 @@ func TestDumpHTMLMarks(t *testing.T) {
 		t.Errorf("NAK's headers %s", got)
 	}
 	var f bth.Frame
-	frames := realFrames(t, "01_rc_pingpong.pcap", 1)
+	frames := clitest.RealFrames(t, "01_rc_pingpong.pcap", 1)
 	if err := f.Decode(frames[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +153,7 @@ func TestDumpHTMLCaptures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			page := filepath.Join(dir, "p.html")
-			out, _, err := run(t, "dump", "-q", "--html", page, filepath.Join(captures, tc.name))
+			out, _, err := run(t, "dump", "-q", "--html", page, filepath.Join(clitest.Captures, tc.name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,7 +164,7 @@ func TestDumpHTMLCaptures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := buildPage(t, filepath.Join(captures, tc.name))
+			c := buildPage(t, filepath.Join(clitest.Captures, tc.name))
 			marks := map[viz.Mark]int{}
 			for _, p := range c.Packets {
 				for m := viz.Mark(1); m != 0; m <<= 1 {
@@ -312,7 +252,7 @@ func browse(t *testing.T, page, fragment string) map[string]string {
 // diagrams and rows as the model has, and #pkt=N draws that packet's
 // headers bit by bit.
 func TestDumpHTMLBrowser(t *testing.T) {
-	lossy, _ := lossyCapture(t)
+	lossy, _ := clitest.LossyCapture(t)
 	for _, tc := range []struct {
 		name, capture string
 		pkt           int
@@ -320,9 +260,9 @@ func TestDumpHTMLBrowser(t *testing.T) {
 		fields        int    // their boxes
 	}{
 		{"lossy", lossy, 5, "BTH,AETH,ICRC", 13 + 2 + 1},
-		{"rping", filepath.Join(captures, "09_rping_rdmacm.pcap"), 1, "BTH,DETH,ICRC", 13 + 3 + 1},
-		{"atomic", filepath.Join(captures, "06_atomic_bw.pcap"), 1, "BTH,AtomicETH,ICRC", 13 + 4 + 1},
-		{"loss10", filepath.Join(captures, "11_read_bw_loss10_resp.pcap"), 0, "", 0},
+		{"rping", filepath.Join(clitest.Captures, "09_rping_rdmacm.pcap"), 1, "BTH,DETH,ICRC", 13 + 3 + 1},
+		{"atomic", filepath.Join(clitest.Captures, "06_atomic_bw.pcap"), 1, "BTH,AtomicETH,ICRC", 13 + 4 + 1},
+		{"loss10", filepath.Join(clitest.Captures, "11_read_bw_loss10_resp.pcap"), 0, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			page := filepath.Join(t.TempDir(), "p.html")
@@ -357,7 +297,7 @@ func TestDumpHTMLBrowser(t *testing.T) {
 // TestDumpHTMLDamaged draws every one-byte corruption and truncation of the
 // crafted capture's frames: no panic, and a page comes out.
 func TestDumpHTMLDamaged(t *testing.T) {
-	path, _ := lossyCapture(t)
+	path, _ := clitest.LossyCapture(t)
 	var frames [][]byte
 	src, err := os.Open(path)
 	if err != nil {
@@ -381,7 +321,7 @@ func TestDumpHTMLDamaged(t *testing.T) {
 	}
 	d := newDumper(io.Discard, dumpOptions{quiet: true})
 	d.html = newHTMLPage("damaged", "test", nil)
-	if err := d.file(writeCapture(t, false, layers.LinkTypeEthernet, frames)); err != nil {
+	if err := d.file(clitest.WriteCapture(t, false, layers.LinkTypeEthernet, frames)); err != nil {
 		t.Fatal(err)
 	}
 	page := filepath.Join(t.TempDir(), "p.html")

@@ -7,41 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 )
-
-// captures is where the real rxe captures live (copied from ../shared/pcaps).
-const captures = "../../../bth/testdata"
 
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var o, e bytes.Buffer
 	err = Run(context.Background(), args, &o, &e)
 	return o.String(), e.String(), err
-}
-
-var summaryRE = regexp.MustCompile(`(?m)^(\d+) packets: (\d+) RoCE v2, (\d+) other \(skipped\), (\d+) malformed; ICRC: (\d+) ok, (\d+) bad$`)
-
-type summary struct{ packets, roce, other, malformed, ok, bad int }
-
-func parseSummary(t *testing.T, out string) summary {
-	t.Helper()
-	m := summaryRE.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no summary line in output:\n%s", out)
-	}
-	n := make([]int, 6)
-	for i := range n {
-		n[i], _ = strconv.Atoi(m[i+1])
-	}
-	return summary{n[0], n[1], n[2], n[3], n[4], n[5]}
 }
 
 // TestDumpCaptures decodes every real rxe capture: every RoCE frame parses
@@ -55,12 +32,12 @@ func TestDumpCaptures(t *testing.T) {
 	}
 	for name, frames := range want {
 		t.Run(name, func(t *testing.T) {
-			out, _, err := run(t, "dump", filepath.Join(captures, name))
+			out, _, err := run(t, "dump", filepath.Join(clitest.Captures, name))
 			if err != nil {
 				t.Fatalf("dump: %v", err)
 			}
-			s := parseSummary(t, out)
-			if s.roce != frames || s.ok != frames || s.bad != 0 || s.malformed != 0 {
+			s := clitest.ParseSummary(t, out)
+			if s.RoCE != frames || s.OK != frames || s.Bad != 0 || s.Malformed != 0 {
 				t.Errorf("summary = %+v, want %d RoCE frames all with good ICRC", s, frames)
 			}
 			if got := strings.Count(out, " ICRC ok\n"); got != frames {
@@ -71,7 +48,7 @@ func TestDumpCaptures(t *testing.T) {
 }
 
 func TestDumpLine(t *testing.T) {
-	out, _, err := run(t, "dump", "-c", "5", filepath.Join(captures, "01_rc_pingpong.pcap"))
+	out, _, err := run(t, "dump", "-c", "5", filepath.Join(clitest.Captures, "01_rc_pingpong.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +62,13 @@ func TestDumpLine(t *testing.T) {
 			t.Errorf("output lacks line\n%s\ngot:\n%s", want, out)
 		}
 	}
-	if s := parseSummary(t, out); s.roce != 5 {
-		t.Errorf("-c 5 decoded %d packets", s.roce)
+	if s := clitest.ParseSummary(t, out); s.RoCE != 5 {
+		t.Errorf("-c 5 decoded %d packets", s.RoCE)
 	}
 }
 
 func TestDumpVerbose(t *testing.T) {
-	out, _, err := run(t, "dump", "-v", "-c", "2", filepath.Join(captures, "06_atomic_bw.pcap"))
+	out, _, err := run(t, "dump", "-v", "-c", "2", filepath.Join(clitest.Captures, "06_atomic_bw.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +95,7 @@ func TestDumpVerbose(t *testing.T) {
 }
 
 func TestDumpPSNGaps(t *testing.T) {
-	out, _, err := run(t, "dump", "-q", filepath.Join(captures, "11_read_bw_loss10_resp.pcap"))
+	out, _, err := run(t, "dump", "-q", filepath.Join(clitest.Captures, "11_read_bw_loss10_resp.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +111,7 @@ func TestDumpPSNGaps(t *testing.T) {
 		t.Errorf("lossy capture shows no gaps or no retransmissions: %s", m[0])
 	}
 	// A clean capture shows none.
-	out, _, err = run(t, "dump", "-q", filepath.Join(captures, "04_write_bw_s8192.pcap"))
+	out, _, err = run(t, "dump", "-q", filepath.Join(clitest.Captures, "04_write_bw_s8192.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,70 +120,8 @@ func TestDumpPSNGaps(t *testing.T) {
 	}
 }
 
-// writeCapture writes frames as a pcap (or pcapng) file of the given link type.
-func writeCapture(t *testing.T, ng bool, lt layers.LinkType, frames [][]byte) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "c.pcap")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ts := time.Unix(1700000000, 0)
-	if ng {
-		w, err := pcapgo.NewNgWriter(f, lt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, fr := range frames {
-			ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(fr), Length: len(fr)}
-			if err := w.WritePacket(ci, fr); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	w := pcapgo.NewWriter(f)
-	if err := w.WriteFileHeader(65536, lt); err != nil {
-		t.Fatal(err)
-	}
-	for i, fr := range frames {
-		ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(fr), Length: len(fr)}
-		if err := w.WritePacket(ci, fr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return path
-}
-
-// realFrames returns the first n frames of a real capture.
-func realFrames(t *testing.T, name string, n int) [][]byte {
-	t.Helper()
-	f, err := os.Open(filepath.Join(captures, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for len(out) < n {
-		data, _, err := r.ReadPacketData()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, data)
-	}
-	return out
-}
-
 func TestDumpFormats(t *testing.T) {
-	frames := realFrames(t, "07_send_bw_s4096.pcap", 6)
+	frames := clitest.RealFrames(t, "07_send_bw_s4096.pcap", 6)
 	arp := make([]byte, 42)
 	binary.BigEndian.PutUint16(arp[12:], 0x0806)
 	// A UDP packet to port 53: not RoCE.
@@ -238,12 +153,12 @@ func TestDumpFormats(t *testing.T) {
 		{"raw ip", false, layers.LinkTypeRaw, raw, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, _, err := run(t, "dump", writeCapture(t, tc.ng, tc.lt, tc.frames))
+			out, _, err := run(t, "dump", clitest.WriteCapture(t, tc.ng, tc.lt, tc.frames))
 			if err != nil {
 				t.Fatalf("dump: %v\n%s", err, out)
 			}
-			s := parseSummary(t, out)
-			if s.roce != 6 || s.ok != 6 || s.other != tc.other {
+			s := clitest.ParseSummary(t, out)
+			if s.RoCE != 6 || s.OK != 6 || s.Other != tc.other {
 				t.Errorf("summary %+v, want 6 RoCE ok and %d other", s, tc.other)
 			}
 		})
@@ -251,12 +166,12 @@ func TestDumpFormats(t *testing.T) {
 }
 
 func TestDumpBadICRCAndMalformed(t *testing.T) {
-	frames := realFrames(t, "03_write_bw_s64.pcap", 3)
+	frames := clitest.RealFrames(t, "03_write_bw_s64.pcap", 3)
 	frames[1] = append([]byte(nil), frames[1]...)
 	frames[1][len(frames[1])-10] ^= 0x04 // a payload bit: the ICRC no longer matches
 	frames[2] = append([]byte(nil), frames[2]...)
 	frames[2][14+20+8] = 0xff // BTH opcode 0xff: unknown
-	out, _, err := run(t, "dump", writeCapture(t, false, layers.LinkTypeEthernet, frames))
+	out, _, err := run(t, "dump", clitest.WriteCapture(t, false, layers.LinkTypeEthernet, frames))
 	if err == nil || !strings.Contains(err.Error(), "1 packets with a bad ICRC, 1 malformed") {
 		t.Errorf("err = %v, want a count of bad ICRCs and malformed packets", err)
 	}
@@ -269,7 +184,7 @@ func TestDumpBadICRCAndMalformed(t *testing.T) {
 }
 
 func TestDumpDamagedFiles(t *testing.T) {
-	good, err := os.ReadFile(filepath.Join(captures, "01_rc_pingpong.pcap"))
+	good, err := os.ReadFile(filepath.Join(clitest.Captures, "01_rc_pingpong.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +246,7 @@ func TestUsage(t *testing.T) {
 		t.Errorf("dump -h: %v\n%s", err, stderr)
 	}
 	// Flags after the file work too, as with tcpdump.
-	out, _, err = run(t, "dump", filepath.Join(captures, "02_ud_pingpong.pcap"), "-c", "1", "-v")
+	out, _, err = run(t, "dump", filepath.Join(clitest.Captures, "02_ud_pingpong.pcap"), "-c", "1", "-v")
 	if err != nil || !strings.Contains(out, "DETH: datagram extended transport header") {
 		t.Errorf("flags after the file: %v\n%s", err, out)
 	}
@@ -340,20 +255,20 @@ func TestUsage(t *testing.T) {
 // FuzzDump feeds arbitrary bytes to dump as a capture file: it may fail, but
 // never panic.
 func FuzzDump(f *testing.F) {
-	good, err := os.ReadFile(filepath.Join(captures, "06_atomic_bw.pcap"))
+	good, err := os.ReadFile(filepath.Join(clitest.Captures, "06_atomic_bw.pcap"))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(good[:min(len(good), 600)])
 	// The CM exchange on QP 1 (REQ, REP), decoded as MADs.
-	rping, err := os.ReadFile(filepath.Join(captures, "09_rping_rdmacm.pcap"))
+	rping, err := os.ReadFile(filepath.Join(clitest.Captures, "09_rping_rdmacm.pcap"))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(rping[:min(len(rping), 24+2*(16+322))])
 	f.Add([]byte{0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0})
 	// A header-only frame: the first record cut to 100 bytes by a snap length.
-	read, err := os.ReadFile(filepath.Join(captures, "05_read_bw_s8192.pcap"))
+	read, err := os.ReadFile(filepath.Join(clitest.Captures, "05_read_bw_s8192.pcap"))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/statsock"
 )
@@ -78,14 +79,14 @@ var labGaps = regexp.MustCompile(`(?m)^  (.*QP 0x[0-9a-f]+ .*?) (\d+) gaps \(\d+
 
 // checkPcap decodes the capture with xroce dump: every frame RoCE, every
 // ICRC good, no PSN missing from any queue pair's flow.
-func checkPcap(t *testing.T, path string) summary {
+func checkPcap(t *testing.T, path string) clitest.Summary {
 	t.Helper()
 	out, _, err := run(t, "dump", "-q", path)
 	if err != nil {
 		t.Fatalf("dump %s: %v\n%s", path, err, out)
 	}
-	s := parseSummary(t, out)
-	if s.roce == 0 || s.bad != 0 || s.malformed != 0 || s.ok != s.roce || s.other != 0 {
+	s := clitest.ParseSummary(t, out)
+	if s.RoCE == 0 || s.Bad != 0 || s.Malformed != 0 || s.OK != s.RoCE || s.Other != 0 {
 		t.Errorf("pcap summary %+v: want only RoCE frames, all with a good ICRC", s)
 	}
 	// The lab records what each side sends, so no flow may miss a PSN:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 )
 
 // TestDrawFirstNAK draws the first NAK of frames kept by the lab's loss
@@ -15,8 +16,12 @@ import (
 // NAK and panicked), far from it, not kept, and never sent again.
 func TestDrawFirstNAK(t *testing.T) {
 	seq := bth.NakPSNSeqError
-	req := func(psn bth.PSN) []byte { return rcFrame(t, hostA, hostB, bth.RCSendOnly, 0x22, psn, 0, 64) }
-	nak := func(psn bth.PSN) []byte { return rcFrame(t, hostB, hostA, bth.RCAck, 0x11, psn, seq, 0) }
+	req := func(psn bth.PSN) []byte {
+		return clitest.RCFrame(t, clitest.HostA, clitest.HostB, bth.RCSendOnly, 0x22, psn, 0, 64)
+	}
+	nak := func(psn bth.PSN) []byte {
+		return clitest.RCFrame(t, clitest.HostB, clitest.HostA, bth.RCAck, 0x11, psn, seq, 0)
+	}
 	for _, tc := range []struct {
 		name   string
 		frames [][]byte
@@ -36,7 +41,7 @@ func TestDrawFirstNAK(t *testing.T) {
 				kept = append(kept, traceFrame{t: t0.Add(time.Duration(i) * time.Millisecond), data: f})
 			}
 			var out bytes.Buffer
-			drawFirstNAK(&out, hostA, hostB, kept)
+			drawFirstNAK(&out, clitest.HostA, clitest.HostB, kept)
 			s := out.String()
 			if !strings.Contains(s, "B saw PSN 101 missing") || !strings.Contains(s, "NAK PSN sequence error") {
 				t.Fatalf("no first NAK drawn:\n%s", s)

@@ -83,7 +83,7 @@ func TestDumpLive(t *testing.T) {
 	if !strings.Contains(text, "198.18.0.1 > 198.18.0.2 RC SEND_ONLY") || !strings.Contains(text, "QP 0x000011") {
 		t.Errorf("unexpected lines:\n%s", text)
 	}
-	if s := parseSummary(t, text); s.roce != 4 || s.ok != 4 {
+	if s := clitest.ParseSummary(t, text); s.RoCE != 4 || s.OK != 4 {
 		t.Errorf("live summary %+v, want 4 RoCE frames with good ICRCs", s)
 	}
 	// The written capture decodes the same.
@@ -91,7 +91,7 @@ func TestDumpLive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dump of the written capture: %v\n%s", err, fileOut)
 	}
-	if s := parseSummary(t, fileOut); s.packets != 4 || s.ok != 4 {
+	if s := clitest.ParseSummary(t, fileOut); s.Packets != 4 || s.OK != 4 {
 		t.Errorf("written capture: %+v, want 4 good RoCE frames", s)
 	}
 }

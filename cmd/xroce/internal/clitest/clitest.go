@@ -1,5 +1,8 @@
 // Package clitest holds what the tests of xroce's tool packages share: running
-// a command as the xroce binary would, without a process.
+// a command as the xroce binary would, without a process; the race
+// detector's stretch of their deadlines; RoCE frames and pcap files made for
+// a test, the real captures in bth/testdata, and dump's summary line read
+// back (frames.go, summary.go).
 package clitest
 
 import (
