@@ -19,6 +19,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/seqdiag"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/rogue"
@@ -661,15 +662,15 @@ func conformDiagram(w io.Writer, r *conform.Result, a, b netip.Addr) {
 	if len(r.Frames) == 0 {
 		return
 	}
-	d := newDiagram(w, a, b)
-	d.header("puppet "+a.String(), "device under test "+b.String())
+	d := seqdiag.New(w, a, b)
+	d.Header("puppet "+a.String(), "device under test "+b.String())
 	epoch := time.Unix(0, 0)
 	for i, f := range r.Frames {
 		if i == 60 {
-			d.skip(len(r.Frames) - i)
+			d.Skip(len(r.Frames) - i)
 			break
 		}
-		d.frame(traceFrame{t: epoch.Add(f.At), data: f.Data})
+		d.Frame(seqdiag.Frame{Time: epoch.Add(f.At), Data: f.Data})
 	}
 	fmt.Fprintln(w)
 }

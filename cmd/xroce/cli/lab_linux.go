@@ -22,6 +22,7 @@ import (
 	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/seqdiag"
 	"github.com/xroce/xroce/cmd/xroce/internal/statcount"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/pcaptap"
@@ -74,7 +75,7 @@ type labRun struct {
 	qps  []*labQP
 	rc   [2]*labQP // the RC pair of the tour and the bandwidth measurement
 	lat  [2]*labQP // the RC pair of the latency measurement (see measure)
-	diag *diagram
+	diag *seqdiag.Diagram
 
 	started time.Time
 	phase   atomic.Value // string
@@ -82,7 +83,7 @@ type labRun struct {
 	// kmu guards kept and keep: copies of recorded frames for the
 	// sequence diagrams.
 	kmu  sync.Mutex
-	kept []traceFrame
+	kept []seqdiag.Frame
 	keep int
 
 	drawSteps        bool // tourStep draws the frames kept
@@ -387,7 +388,7 @@ func (r *labRun) onFrame(f pcaptap.Frame) {
 	r.kmu.Lock()
 	if r.keep > 0 {
 		r.keep--
-		r.kept = append(r.kept, traceFrame{t: f.Time, data: bytes.Clone(f.Data)})
+		r.kept = append(r.kept, seqdiag.Frame{Time: f.Time, Data: bytes.Clone(f.Data)})
 	}
 	r.kmu.Unlock()
 }
@@ -400,7 +401,7 @@ func (r *labRun) keepFrames(n int) {
 }
 
 // takeKept returns the frames kept so far and forgets them.
-func (r *labRun) takeKept() []traceFrame {
+func (r *labRun) takeKept() []seqdiag.Frame {
 	r.kmu.Lock()
 	defer r.kmu.Unlock()
 	k := r.kept
@@ -560,8 +561,8 @@ func (r *labRun) tourStep(title string, fn func() (string, error)) error {
 	fmt.Fprintf(r.out, "  %s %-28s %4d packet%s  %s\n", status, title, packets, plural, detail)
 	if r.drawSteps {
 		for _, f := range r.takeKept() {
-			r.diag.frame(f)
-			if r.diag.drawn == r.o.trace {
+			r.diag.Frame(f)
+			if r.diag.Drawn == r.o.trace {
 				fmt.Fprintf(r.out, "  %9s  (the trace ends here: --trace %d)\n", "", r.o.trace)
 			}
 		}
@@ -584,9 +585,9 @@ func (r *labRun) tour() error {
 	if r.o.trace > 0 {
 		fmt.Fprintf(w, "      (the first %d packets drawn: A's on arrows to the right, B's to the left; A = AckReq)\n", r.o.trace)
 	}
-	r.diag = newDiagram(w, r.a.h.IP, r.b.h.IP)
+	r.diag = seqdiag.New(w, r.a.h.IP, r.b.h.IP)
 	if r.o.trace > 0 {
-		r.diag.header(r.a.h.IP.String(), r.b.h.IP.String())
+		r.diag.Header(r.a.h.IP.String(), r.b.h.IP.String())
 	}
 	a, b := r.rc[0], r.rc[1]
 	if err := r.cmConnect(a, b); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bpf"
+	"github.com/xroce/xroce/cmd/xroce/internal/seqdiag"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -243,7 +244,7 @@ func (r *labRun) lossTable(before, after lossCounters) {
 }
 
 // drawFirstNAK draws the first PSN sequence NAK of the loss phase
-// (drawFirstNAK in lab_trace.go).
-func (r *labRun) drawFirstNAK(kept []traceFrame) {
-	drawFirstNAK(r.out, r.a.h.IP, r.b.h.IP, kept)
+// (seqdiag.DrawFirstNAK).
+func (r *labRun) drawFirstNAK(kept []seqdiag.Frame) {
+	seqdiag.DrawFirstNAK(r.out, r.a.h.IP, r.b.h.IP, kept)
 }

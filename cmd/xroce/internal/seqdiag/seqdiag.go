@@ -1,4 +1,11 @@
-package cli
+// Package seqdiag draws RoCE v2 frames between two hosts as a text sequence
+// diagram, one arrow a frame labelled by pktfmt.Describe, and the first PSN
+// sequence NAK of a lossy exchange with the request it names and the
+// go-back-N retransmission that follows.
+//
+// It is a package below the tools because lab draws its tour and loss phase
+// with it and conform the frames of each check; it imports no tool.
+package seqdiag
 
 import (
 	"fmt"
@@ -11,57 +18,59 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 )
 
-// traceFrame is a frame kept for the sequence diagram.
-type traceFrame struct {
-	t    time.Time
-	data []byte
+// A Frame is a frame kept for the sequence diagram: when it was seen and
+// its bytes.
+type Frame struct {
+	Time time.Time
+	Data []byte
 }
 
-// diagram draws frames between two hosts as a sequence diagram: A's
+// A Diagram draws frames between two hosts as a sequence diagram: A's
 // frames as arrows to the right, B's to the left, one line each with the
 // time since the first frame drawn.
-type diagram struct {
+type Diagram struct {
 	w     io.Writer
 	a, b  netip.Addr
 	t0    time.Time
 	f     bth.Frame
-	drawn int
+	Drawn int // frames drawn so far
 }
 
-// width is the number of columns between the two lifelines.
+// diagramWidth is the number of columns between the two lifelines.
 const diagramWidth = 78
 
-func newDiagram(w io.Writer, a, b netip.Addr) *diagram {
-	return &diagram{w: w, a: a, b: b}
+// New returns a diagram of frames between a and b, written to w.
+func New(w io.Writer, a, b netip.Addr) *Diagram {
+	return &Diagram{w: w, a: a, b: b}
 }
 
-// header prints the two lifelines' names.
-func (d *diagram) header(nameA, nameB string) {
+// Header prints the two lifelines' names.
+func (d *Diagram) Header(nameA, nameB string) {
 	left := fmt.Sprintf("A %s", nameA)
 	right := fmt.Sprintf("B %s", nameB)
 	fmt.Fprintf(d.w, "  %9s  %-*s%s\n", "ms", diagramWidth+2-len(right), left, right)
 }
 
-// frame draws one frame.
-func (d *diagram) frame(f traceFrame) { d.draw(f, false) }
+// Frame draws one frame.
+func (d *Diagram) Frame(f Frame) { d.draw(f, false) }
 
 // lost draws a frame that never arrived: its arrow stops short with an X.
-func (d *diagram) lost(f traceFrame) { d.draw(f, true) }
+func (d *Diagram) lost(f Frame) { d.draw(f, true) }
 
-// skip notes frames left out of the diagram.
-func (d *diagram) skip(n int) {
+// Skip notes frames left out of the diagram.
+func (d *Diagram) Skip(n int) {
 	if n > 0 {
 		fmt.Fprintf(d.w, "  %9s  |%*s|\n", "", -diagramWidth, fmt.Sprintf("   ... %d frames ...", n))
 	}
 }
 
-func (d *diagram) draw(f traceFrame, lost bool) {
+func (d *Diagram) draw(f Frame, lost bool) {
 	if d.t0.IsZero() {
-		d.t0 = f.t
+		d.t0 = f.Time
 	}
-	d.drawn++
-	ms := float64(f.t.Sub(d.t0)) / float64(time.Millisecond)
-	if err := d.f.Decode(f.data); err != nil {
+	d.Drawn++
+	ms := float64(f.Time.Sub(d.t0)) / float64(time.Millisecond)
+	if err := d.f.Decode(f.Data); err != nil {
 		fmt.Fprintf(d.w, "  %9.3f  |%s| %v\n", ms, strings.Repeat(" ", diagramWidth), err)
 		return
 	}
@@ -88,66 +97,66 @@ func (d *diagram) draw(f traceFrame, lost bool) {
 	fmt.Fprintf(d.w, "  %9.3f  %s\n", ms, line)
 }
 
-// drawFirstNAK draws the first PSN sequence NAK among kept, frames
+// DrawFirstNAK draws the first PSN sequence NAK among kept, frames
 // between a and b: the request it names as lost (the last one sent with
 // that PSN before it), the NAK and the go-back-N retransmission that
 // follows.
-func drawFirstNAK(w io.Writer, a, b netip.Addr, kept []traceFrame) {
+func DrawFirstNAK(w io.Writer, a, b netip.Addr, kept []Frame) {
 	var f bth.Frame
 	for i, k := range kept {
-		if f.Decode(k.data) != nil || f.AETH == nil || f.AETH.Syndrome() != bth.NakPSNSeqError {
+		if f.Decode(k.Data) != nil || f.AETH == nil || f.AETH.Syndrome() != bth.NakPSNSeqError {
 			continue
 		}
 		psn, src := f.BTH.PSN(), f.DstIP() // the lost request went the other way
 		lost := -1
 		for j := i - 1; j >= 0; j-- {
-			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
+			if f.Decode(kept[j].Data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
 				lost = j
 				break
 			}
 		}
 		fmt.Fprintf(w, "\n  the first NAK: B saw PSN %d missing (X: it never reached B); A goes back to it:\n", psn)
-		d := newDiagram(w, a, b)
+		d := New(w, a, b)
 		from := max(i-3, 0)
 		if lost >= 0 {
 			from = max(lost-2, 0)
-			d.t0 = kept[from].t
+			d.t0 = kept[from].Time
 			last := min(lost+2, i-1) // the last frame drawn around the lost one
 			for j := from; j <= last; j++ {
 				if j == lost {
 					d.lost(kept[j])
 				} else {
-					d.frame(kept[j])
+					d.Frame(kept[j])
 				}
 			}
 			// Then from the third frame before the NAK, or on at once:
 			// never past the NAK (the lost frame may be the one before it).
 			from = max(last+1, i-3)
-			d.skip(from - (last + 1))
+			d.Skip(from - (last + 1))
 		} else {
-			d.t0 = kept[from].t
+			d.t0 = kept[from].Time
 		}
 		// The NAK, then the first retransmission of the lost PSN.
 		again := -1
 		for j := i + 1; j < len(kept); j++ {
-			if f.Decode(kept[j].data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
+			if f.Decode(kept[j].Data) == nil && f.SrcIP() == src && f.Opcode().IsRequest() && f.BTH.PSN() == psn {
 				again = j
 				break
 			}
 		}
 		if again < 0 {
 			for _, k := range kept[from:min(i+6, len(kept))] {
-				d.frame(k)
+				d.Frame(k)
 			}
 			return
 		}
 		upto := min(i+2, again)
 		for _, k := range kept[from:upto] {
-			d.frame(k)
+			d.Frame(k)
 		}
-		d.skip(again - upto)
+		d.Skip(again - upto)
 		for _, k := range kept[again:min(again+4, len(kept))] {
-			d.frame(k)
+			d.Frame(k)
 		}
 		return
 	}

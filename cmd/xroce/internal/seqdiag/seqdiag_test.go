@@ -1,4 +1,4 @@
-package cli
+package seqdiag
 
 import (
 	"bytes"
@@ -35,13 +35,13 @@ func TestDrawFirstNAK(t *testing.T) {
 		{"never-again", [][]byte{req(100), req(101), nak(101)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var kept []traceFrame
+			var kept []Frame
 			t0 := time.Unix(0, 0)
 			for i, f := range tc.frames {
-				kept = append(kept, traceFrame{t: t0.Add(time.Duration(i) * time.Millisecond), data: f})
+				kept = append(kept, Frame{Time: t0.Add(time.Duration(i) * time.Millisecond), Data: f})
 			}
 			var out bytes.Buffer
-			drawFirstNAK(&out, clitest.HostA, clitest.HostB, kept)
+			DrawFirstNAK(&out, clitest.HostA, clitest.HostB, kept)
 			s := out.String()
 			if !strings.Contains(s, "B saw PSN 101 missing") || !strings.Contains(s, "NAK PSN sequence error") {
 				t.Fatalf("no first NAK drawn:\n%s", s)
