@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -294,22 +293,5 @@ func TestDumpCMMessages(t *testing.T) {
 	out, _, err := run(t, "dump", "-q", clitest.WriteCapture(t, false, layers.LinkTypeEthernet, frames))
 	if err != nil || !strings.Contains(out, "Management datagrams to QP 1: 1 RTU, 1 other MADs, 1 malformed MADs\n") {
 		t.Errorf("summary: %v\n%s", err, out)
-	}
-}
-
-func TestIBTime(t *testing.T) {
-	for _, tc := range []struct {
-		t    uint8
-		want string
-	}{{0, "4.1µs"}, {8, "1.05ms"}, {18, "1.07s"}, {20, "4.29s"}, {24, "68.7s"}, {31, "8.8e+03s"}, {255, "8.8e+03s"}} {
-		if got := ibTime(tc.t); got != tc.want {
-			t.Errorf("ibTime(%d) = %q, want %q", tc.t, got, tc.want)
-		}
-	}
-	if usedLen(nil) != 0 || usedLen([]byte{0, 1, 0}) != 2 {
-		t.Error("usedLen")
-	}
-	if !errors.Is(mad.CMAHeader(nil).Check(), mad.ErrShort) {
-		t.Error("CMAHeader(nil).Check")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/capture"
 	"github.com/xroce/xroce/internal/statsock"
 )
 
@@ -217,12 +218,12 @@ func runLab(ctx context.Context, e *base.Env, args []string) error {
 
 // labHTML draws the lab's capture, with its hosts named A and B.
 func labHTML(e *base.Env, o labOptions) error {
-	d := newDumper(io.Discard, dumpOptions{quiet: true})
-	d.html = newHTMLPage(o.pcap, "xroce lab: the tour, the loss phase and the first frames of each measurement", labNames())
-	if err := d.file(o.pcap); err != nil {
+	d := capture.NewDumper(io.Discard, capture.Options{Quiet: true})
+	d.HTML = capture.NewHTMLPage(o.pcap, "xroce lab: the tour, the loss phase and the first frames of each measurement", labNames())
+	if err := d.File(o.pcap); err != nil {
 		return fmt.Errorf("lab: html: %s: %w", o.pcap, err)
 	}
-	if err := d.html.write(o.html); err != nil {
+	if err := d.HTML.Write(o.html); err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
 	if !o.quiet {

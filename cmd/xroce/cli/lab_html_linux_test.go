@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/capture"
 	"github.com/xroce/xroce/internal/viz"
 )
 
@@ -26,12 +27,12 @@ func TestLabHTML(t *testing.T) {
 	if _, err := os.Stat(page); err != nil {
 		t.Fatal(err)
 	}
-	d := newDumper(io.Discard, dumpOptions{quiet: true})
-	d.html = newHTMLPage("lab", "test", labNames())
-	if err := d.file(pcap); err != nil {
+	d := capture.NewDumper(io.Discard, capture.Options{Quiet: true})
+	d.HTML = capture.NewHTMLPage("lab", "test", labNames())
+	if err := d.File(pcap); err != nil {
 		t.Fatal(err)
 	}
-	c := d.html.finish()
+	c := d.HTML.Finish()
 	marks := map[viz.Mark]int{}
 	for _, p := range c.Packets {
 		for m := viz.Mark(1); m != 0; m <<= 1 {

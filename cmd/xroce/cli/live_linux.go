@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -11,11 +12,13 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/xroce/xroce/afpacket"
+	"github.com/xroce/xroce/cmd/xroce/internal/capture"
 )
 
-// live captures RoCE v2 frames from an interface until ctx ends or -c
-// packets were decoded, writing them to a pcap file when write is set.
-func (d *dumper) live(ctx context.Context, iface, write string) (err error) {
+// live captures RoCE v2 frames from an interface into d until ctx ends or
+// -c packets were decoded, writing them to a pcap file when write is set;
+// unless quiet it says so on w first.
+func live(ctx context.Context, d *capture.Dumper, w io.Writer, quiet bool, iface, write string) (err error) {
 	l, err := afpacket.Open(iface, afpacket.Config{Outgoing: true, TxFrames: 1, RxFrames: 256})
 	if err != nil {
 		return fmt.Errorf("capture: %w", err)
@@ -37,20 +40,20 @@ func (d *dumper) live(ctx context.Context, iface, write string) (err error) {
 			return fmt.Errorf("write %s: %w", write, err)
 		}
 	}
-	if !d.o.quiet {
-		fmt.Fprintf(d.w, "capturing RoCE v2 on %s (%s); Ctrl-C to stop\n", iface, l.Info().MAC)
+	if !quiet {
+		fmt.Fprintf(w, "capturing RoCE v2 on %s (%s); Ctrl-C to stop\n", iface, l.Info().MAC)
 	}
 	bufs := make([][]byte, 64)
 	stop := context.AfterFunc(ctx, l.Wakeup)
 	defer stop()
-	for !d.done() && ctx.Err() == nil {
+	for !d.Done() && ctx.Err() == nil {
 		n, err := l.Receive(bufs, -1)
 		if err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
 		now := time.Now()
 		for _, b := range bufs[:n] {
-			if d.done() {
+			if d.Done() {
 				break
 			}
 			if pw != nil {
@@ -60,7 +63,7 @@ func (d *dumper) live(ctx context.Context, iface, write string) (err error) {
 					return fmt.Errorf("write %s: %w", write, err)
 				}
 			}
-			d.packet(b, now)
+			d.Packet(b, now)
 		}
 		l.Release(bufs[:n])
 	}

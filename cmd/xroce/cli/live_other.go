@@ -5,8 +5,11 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
+
+	"github.com/xroce/xroce/cmd/xroce/internal/capture"
 )
 
-func (d *dumper) live(context.Context, string, string) error {
+func live(context.Context, *capture.Dumper, io.Writer, bool, string, string) error {
 	return errors.New("live capture needs Linux (AF_PACKET)")
 }

@@ -1,4 +1,4 @@
-package cli
+package capture
 
 import (
 	"bufio"
@@ -16,12 +16,12 @@ import (
 	"github.com/xroce/xroce/internal/viz"
 )
 
-// htmlPage builds the page of dump --html and lab --html (package viz) from
+// An HTMLPage builds the page of dump --html and lab --html (package viz) from
 // the frames a dumper reads: it decodes each frame again for the drawing,
 // and marks what is special about it: retransmissions (a PSN sent again),
 // NAKs, RNR waits, frames lost after the capture point (the request a PSN
 // sequence NAK names) and before it (the dumper's PSN gaps).
-type htmlPage struct {
+type HTMLPage struct {
 	c     viz.Capture
 	names map[netip.Addr]string // endpoint names, e.g. the lab's A and B
 	f     bth.Frame
@@ -54,8 +54,10 @@ type halfKey struct {
 	qp       uint32
 }
 
-func newHTMLPage(title, source string, names map[netip.Addr]string) *htmlPage {
-	return &htmlPage{
+// NewHTMLPage returns an empty page titled title, naming where its frames
+// come from (source) and, by address, the endpoints names knows.
+func NewHTMLPage(title, source string, names map[netip.Addr]string) *HTMLPage {
+	return &HTMLPage{
 		c:       viz.Capture{Title: title, Source: source},
 		names:   names,
 		flows:   map[flowKey]*htmlFlow{},
@@ -66,7 +68,7 @@ func newHTMLPage(title, source string, names map[netip.Addr]string) *htmlPage {
 }
 
 // add takes the frame the dumper d has just decoded and accounted for.
-func (h *htmlPage) add(d *dumper, frame []byte, t time.Time) {
+func (h *HTMLPage) add(d *Dumper, frame []byte, t time.Time) {
 	h.c.Frames++
 	if h.c.Frames == 1 {
 		h.t0 = t
@@ -182,11 +184,12 @@ type endpoint struct {
 	known bool
 }
 
-// finish gives each packet its pair: the receiving end is the destination
+// Finish gives each packet its pair: the receiving end is the destination
 // QP; the sending end is the DETH's source QP (UD), or the destination QP
 // of the other direction whose responses answer this one's requests (RC),
-// or unknown (UC, or RC without answers in the capture).
-func (h *htmlPage) finish() *viz.Capture {
+// or unknown (UC, or RC without answers in the capture). It returns the
+// page's model, as Write draws it.
+func (h *HTMLPage) Finish() *viz.Capture {
 	h.c.Pairs = h.c.Pairs[:0]
 	partner := map[halfKey]halfKey{}
 	best := map[halfKey]int{}
@@ -232,18 +235,18 @@ func (h *htmlPage) finish() *viz.Capture {
 	return &h.c
 }
 
-func (h *htmlPage) vizEndpoint(e endpoint) viz.Endpoint {
+func (h *HTMLPage) vizEndpoint(e endpoint) viz.Endpoint {
 	return viz.Endpoint{Name: h.names[e.addr], Addr: e.addr.String(), QP: e.qp, QPKnown: e.known}
 }
 
-// write renders the page into path.
-func (h *htmlPage) write(path string) error {
+// Write renders the page into path.
+func (h *HTMLPage) Write(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriterSize(f, 1<<16)
-	err = viz.Write(w, h.finish())
+	err = viz.Write(w, h.Finish())
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}
@@ -359,7 +362,7 @@ func vizFields(fs ...pktfmt.Field) []viz.Field {
 
 // sniffed reports whether f's ICRC matches with an original source port
 // the RDMA sniffer overwrote (the search is the dumper's, cached per flow).
-func (d *dumper) sniffed(f *bth.Frame) bool {
+func (d *Dumper) sniffed(f *bth.Frame) bool {
 	_, ok := d.cap.sniffer.port(f)
 	return ok
 }

@@ -1,4 +1,4 @@
-package cli
+package capture
 
 import (
 	"encoding/binary"
@@ -106,7 +106,7 @@ func (s *sniffer) count1(f *bth.Frame, p uint16) uint16 {
 }
 
 // checkICRC checks the decoded frame's ICRC and counts the result.
-func (d *dumper) checkICRC() icrcState {
+func (d *Dumper) checkICRC() icrcState {
 	f := &d.f
 	switch {
 	case f.HeaderOnly():
@@ -119,13 +119,13 @@ func (d *dumper) checkICRC() icrcState {
 	if _, ok := d.cap.sniffer.port(f); ok {
 		return icrcSniffer
 	}
-	d.icrcBad++
+	d.ICRCBad++
 	return icrcWrong
 }
 
 // decodeError counts and prints a frame DecodeCaptured rejected: one the
 // capture cut inside its headers is header-only, anything else malformed.
-func (d *dumper) decodeError(ts string, kind int, err error) {
+func (d *Dumper) decodeError(ts string, kind int, err error) {
 	version := "v2"
 	if kind == roceV1 {
 		version = "v1"
@@ -133,14 +133,14 @@ func (d *dumper) decodeError(ts string, kind int, err error) {
 	if errors.Is(err, bth.ReasonCut) {
 		d.cap.headerOnly++
 		d.cap.cutInHdrs++
-		if !d.o.quiet {
-			fmt.Fprintf(d.w, "%6d %s header-only RoCE %s packet, cut inside its headers: %v\n", d.packets, ts, version, err)
+		if !d.o.Quiet {
+			fmt.Fprintf(d.w, "%6d %s header-only RoCE %s packet, cut inside its headers: %v\n", d.Packets, ts, version, err)
 		}
 		return
 	}
-	d.malformed++
-	if !d.o.quiet {
-		fmt.Fprintf(d.w, "%6d %s malformed RoCE %s packet: %v\n", d.packets, ts, version, err)
+	d.Malformed++
+	if !d.o.Quiet {
+		fmt.Fprintf(d.w, "%6d %s malformed RoCE %s packet: %v\n", d.Packets, ts, version, err)
 	}
 }
 
@@ -150,7 +150,7 @@ func (d *dumper) decodeError(ts string, kind int, err error) {
 func wireICRC(v uint32) uint32 { return bits.ReverseBytes32(v) }
 
 // appendICRC ends a packet line with the ICRC's state.
-func (d *dumper) appendICRC(b []byte, st icrcState) []byte {
+func (d *Dumper) appendICRC(b []byte, st icrcState) []byte {
 	f := &d.f
 	switch st {
 	case icrcGood:
@@ -170,7 +170,7 @@ func (d *dumper) appendICRC(b []byte, st icrcState) []byte {
 
 // snifferNote explains, on the UDP line of -v, a source port the RDMA
 // sniffer rewrote.
-func (d *dumper) snifferNote(st icrcState) string {
+func (d *Dumper) snifferNote(st icrcState) string {
 	if st != icrcSniffer {
 		return ""
 	}
@@ -180,7 +180,7 @@ func (d *dumper) snifferNote(st icrcState) string {
 }
 
 // grhDetail prints the GRH of a RoCE v1 frame.
-func (d *dumper) grhDetail() {
+func (d *Dumper) grhDetail() {
 	g := d.f.GRH
 	fmt.Fprintf(d.w, "  GRH       RoCE v1  version 6  traffic class 0x%02x  flow label 0x%05x  payload length %d  next header 0x%02x (BTH)  hop limit %d\n",
 		g.TrafficClass(), g.FlowLabel(), g.PayloadLen(), g.NextHeader(), g.HopLimit())
@@ -188,7 +188,7 @@ func (d *dumper) grhDetail() {
 }
 
 // dcDetail draws the two headers a DC packet carries after its BTH.
-func (d *dumper) dcDetail() {
+func (d *Dumper) dcDetail() {
 	f := &d.f
 	pktfmt.DrawHeader(d.w, "DCETH: 8 bytes ConnectX puts after the BTH of a DC packet (layout not public; Wireshark counts them into the BTH)", []pktfmt.Field{
 		{Name: "Word 0", Bits: 32, Value: uint64(binary.BigEndian.Uint32(f.DCETH)), Hex: true},
@@ -212,7 +212,7 @@ func wireLen(f *bth.Frame) int {
 }
 
 // payloadICRCDetail ends the -v form of a packet: payload and ICRC.
-func (d *dumper) payloadICRCDetail(st icrcState) {
+func (d *Dumper) payloadICRCDetail(st icrcState) {
 	f, w := &d.f, d.w
 	if st == icrcNotCaptured {
 		fmt.Fprintf(w, "  payload   %d bytes captured (the packet is %d bytes on the wire, the capture holds %d), pad %d\n",
@@ -243,16 +243,16 @@ func opName(op bth.Opcode) string {
 
 // countsLine prints the summary's first line and, for what real captures
 // add, one line each.
-func (d *dumper) countsLine() {
+func (d *Dumper) countsLine() {
 	w, c := d.w, &d.cap
-	fmt.Fprintf(w, "\n%d packets: %d RoCE v2, ", d.packets, d.roce)
+	fmt.Fprintf(w, "\n%d packets: %d RoCE v2, ", d.Packets, d.roce)
 	if c.v1 > 0 {
 		fmt.Fprintf(w, "%d RoCE v1, ", c.v1)
 	}
 	if c.nativeIB > 0 {
 		fmt.Fprintf(w, "%d native InfiniBand (ERF), not decoded, ", c.nativeIB)
 	}
-	fmt.Fprintf(w, "%d other (skipped), %d malformed; ICRC: %d ok, %d bad", d.other, d.malformed, d.icrcOK, d.icrcBad)
+	fmt.Fprintf(w, "%d other (skipped), %d malformed; ICRC: %d ok, %d bad", d.other, d.Malformed, d.icrcOK, d.ICRCBad)
 	if c.sniffer.count > 0 {
 		fmt.Fprintf(w, ", %d ok with the original source port", c.sniffer.count)
 	}

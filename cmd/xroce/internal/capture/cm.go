@@ -1,4 +1,4 @@
-package cli
+package capture
 
 import (
 	"encoding/hex"
@@ -192,7 +192,7 @@ func ibTime(t uint8) string {
 
 // cmDetail prints the MAD header as a bit diagram and every field of the CM
 // message, for -v.
-func (d *dumper) cmDetail() {
+func (d *Dumper) cmDetail() {
 	w := d.w
 	m, perr, _ := pktfmt.GSIMAD(&d.f)
 	if perr != nil {

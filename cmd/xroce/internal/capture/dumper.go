@@ -1,10 +1,18 @@
-package cli
+// Package capture decodes RoCE v2 captures for xroce's tools: it reads pcap
+// and pcapng files (Ethernet, Linux cooked and raw IP links), decodes and
+// prints each frame as xroce dump does, with the quirks of real captures
+// (snap lengths, the RDMA sniffer's source port, RoCE v1, Mellanox DC), sums
+// them up per opcode, CM message and queue pair, and builds the HTML page of
+// a capture (package viz).
+//
+// It is a package below the tools because two of them read captures with
+// it: dump, which adds its flags and live capture, and lab, which draws its
+// own pcap as dump --html does. It imports no tool.
+package capture
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -14,120 +22,20 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bth"
-	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/pktfmt"
 )
 
-const dumpAbout = `
-Decode every RoCE v2 packet in a capture (pcap or pcapng; Ethernet, Linux
-cooked or raw IP links), one line each: time, addresses, opcode, destination
-QP, PSN, AckReq (A), the key fields of the extension headers, payload length
-and whether the ICRC is right. Packets that are not RoCE v2 (not UDP port
-4791) are counted and skipped. A summary follows: packets per opcode, CM
-messages, ICRC failures, and for each queue pair the PSN gaps and
-retransmissions seen.
-
-A UD SEND to QP 1 carries a management datagram: dump decodes its
-Communication Manager message (REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR_REQ,
-SIDR_REP) on a second line: transaction ID, communication IDs, service ID
-(PORTSPACE:port when it is an rdma_cm one), QPN, starting PSN, path MTU,
-responder resources/initiator depth, the rdma_cm header's addresses and port,
-the REJ reason, the MRA service timeout, and "pdata N/M": the private data up
-to its last nonzero byte (N) out of the M bytes the message carries.
-
-Captures as they come: a frame cut by a snap length is decoded as far as
-captured ("ICRC not captured", never malformed); a frame with UDP source port
-4791 whose ICRC matches with another port (0xC000-0xFFFF) comes from the
-ConnectX RDMA sniffer, which rewrites the port: it is marked, and the port is
-named per flow; Mellanox DC (the RD opcode range) and RoCE v1 (EtherType
-0x8915) are decoded and their ICRC checked; native InfiniBand (ERF) is counted.
-ICRCs print as Wireshark prints them: the four bytes in wire order.
-
-With -v every header field is printed, and the BTH, extension headers and MAD
-header are drawn as the IBTA specification draws them, bit by bit; a CM
-message is listed field by field, with its rdma_cm header and private data.
-
-With -i, dump captures live through an AF_PACKET socket (root or CAP_NET_RAW)
-with a filter that keeps only RoCE v2 frames, sent and received. Frames that an
-AF_XDP program sends or receives on that host bypass the kernel's capture
-points and are not seen there: capture on the peer, or use the pcap that
-xroce's own commands write.`
-
-const dumpExamples = `  xroce dump bth/testdata/01_rc_pingpong.pcap
-  xroce dump -v -c 3 capture.pcapng
-  xroce dump -q capture.pcap                  # the summary only
-  xroce dump -q --html page.html capture.pcap # and the capture drawn: diagrams, PSN graphs, headers
-  xroce dump -i eth0 -w roce.pcap             # live, until Ctrl-C; also saved for Wireshark`
-
-func init() {
-	register("dump", "decode RoCE v2 packets from a capture file or live from an interface", runDump)
+// Options are how a Dumper prints: dump's flags.
+type Options struct {
+	Verbose   bool // -v: every header field, the headers drawn bit by bit
+	Hexdump   bool // -x: each packet's payload in hex
+	Count     int  // -c: stop after this many RoCE packets (0: all)
+	Quiet     bool // -q: no per-packet lines
+	NoSummary bool // -no-summary: the caller prints no Summary
 }
 
-type dumpOptions struct {
-	verbose   bool
-	hexdump   bool
-	count     int
-	quiet     bool
-	noSummary bool
-}
-
-func runDump(ctx context.Context, e *base.Env, args []string) error {
-	var o dumpOptions
-	var iface, write, html string
-	fs := base.NewFlagSet(e, "dump", "[flags] FILE | -i INTERFACE [-w FILE]", dumpAbout, dumpExamples)
-	fs.BoolVar(&o.verbose, "v", false, "print every header field, with bit diagrams of the BTH and extension headers")
-	fs.BoolVar(&o.hexdump, "x", false, "print each packet's payload in hex")
-	fs.IntVar(&o.count, "c", 0, "stop after `N` RoCE packets (0: all)")
-	fs.BoolVar(&o.quiet, "q", false, "no per-packet lines: the summary only")
-	fs.BoolVar(&o.noSummary, "no-summary", false, "no summary at the end")
-	fs.StringVar(&iface, "i", "", "capture live from `INTERFACE` (AF_PACKET; RoCE v2 frames only, both directions) until Ctrl-C or -c")
-	fs.StringVar(&write, "w", "", "with -i: also write the captured frames to `FILE` (pcap)")
-	fs.StringVar(&html, "html", "", "also draw the capture as one HTML page in `FILE`: sequence diagrams, PSN graphs, packet list with header drawings")
-	pos, err := base.ParseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case o.count < 0:
-		return base.Usagef("dump: -c must be 0 or more")
-	case iface != "" && len(pos) != 0:
-		return base.Usagef("dump: give a capture file or -i INTERFACE, not both")
-	case iface == "" && write != "":
-		return base.Usagef("dump: -w writes a live capture: use it with -i")
-	case iface == "" && len(pos) != 1:
-		fs.Usage()
-		return base.Usagef("dump: want exactly one capture file, got %d", len(pos))
-	}
-	d := newDumper(e.Stdout, o)
-	name := iface
-	if iface == "" {
-		name = pos[0]
-	}
-	if html != "" {
-		d.html = newHTMLPage(name, "xroce dump "+strings.Join(args, " "), nil)
-	}
-	if iface != "" {
-		err = d.live(ctx, iface, write)
-	} else {
-		err = d.file(pos[0])
-	}
-	if html != "" && (err == nil || d.packets > 0) {
-		err = errors.Join(err, d.html.write(html))
-	}
-	if !o.noSummary && (err == nil || d.packets > 0) {
-		d.summary()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	if d.icrcBad > 0 || d.malformed > 0 {
-		return fmt.Errorf("%s: %d packets with a bad ICRC, %d malformed", name, d.icrcBad, d.malformed)
-	}
-	return nil
-}
-
-// file decodes a capture file.
-func (d *dumper) file(path string) error {
+// File decodes a capture file (pcap or pcapng).
+func (d *Dumper) File(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -163,29 +71,38 @@ type flow struct {
 	inMessage bool // responses: inside a multi-packet read response
 }
 
-type dumper struct {
+// A Dumper decodes RoCE frames, prints them as Options say and counts them
+// for its Summary: opcodes, CM messages, ICRC failures, and each queue pair's
+// PSN gaps and retransmissions. With HTML set, it also hands every frame to
+// that page.
+type Dumper struct {
 	w   io.Writer
-	o   dumpOptions
+	o   Options
 	f   bth.Frame
 	t0  time.Time
 	buf []byte // one output line
 
-	packets, roce, other, malformed, icrcBad int
-	byOpcode                                 map[bth.Opcode]int
-	flows                                    map[flowKey]*flow
-	mtu                                      int // learned from FIRST/MIDDLE payloads (they are exactly one MTU)
-	cms                                      cmStats
-	cap                                      capturedStats // what real captures add: v1, DC, header-only, sniffer
-	icrcOK                                   int
-	html                                     *htmlPage // --html: the page being built, or nil
+	// Packets counts the frames read, Malformed the RoCE frames that did
+	// not decode, ICRCBad the RoCE packets whose ICRC is wrong.
+	Packets, Malformed, ICRCBad int
+
+	roce, other int
+	byOpcode    map[bth.Opcode]int
+	flows       map[flowKey]*flow
+	mtu         int // learned from FIRST/MIDDLE payloads (they are exactly one MTU)
+	cms         cmStats
+	cap         capturedStats // what real captures add: v1, DC, header-only, sniffer
+	icrcOK      int
+	HTML        *HTMLPage // --html: the page being built, or nil
 }
 
-func newDumper(w io.Writer, o dumpOptions) *dumper {
-	return &dumper{w: w, o: o, byOpcode: map[bth.Opcode]int{}, flows: map[flowKey]*flow{}}
+// NewDumper returns a Dumper that prints to w.
+func NewDumper(w io.Writer, o Options) *Dumper {
+	return &Dumper{w: w, o: o, byOpcode: map[bth.Opcode]int{}, flows: map[flowKey]*flow{}}
 }
 
-func (d *dumper) run(src *packetSource) error {
-	for !d.done() {
+func (d *Dumper) run(src *packetSource) error {
+	for !d.Done() {
 		frame, ci, err := src.Next()
 		if err == io.EOF {
 			return nil
@@ -194,22 +111,22 @@ func (d *dumper) run(src *packetSource) error {
 			return err
 		}
 		d.cap.erf = src.erf
-		d.packet(frame, ci.Timestamp)
+		d.Packet(frame, ci.Timestamp)
 	}
 	return nil
 }
 
-// done reports whether -c packets have been decoded.
-func (d *dumper) done() bool { return d.o.count > 0 && d.roce+d.cap.v1 >= d.o.count }
+// Done reports whether Count packets have been decoded.
+func (d *Dumper) Done() bool { return d.o.Count > 0 && d.roce+d.cap.v1 >= d.o.Count }
 
-// packet decodes, accounts for and prints one frame (nil for a packet of a
+// Packet decodes, accounts for and prints one frame (nil for a packet of a
 // link type that cannot carry RoCE).
-func (d *dumper) packet(frame []byte, t time.Time) {
-	if d.html != nil {
-		defer d.html.add(d, frame, t)
+func (d *Dumper) Packet(frame []byte, t time.Time) {
+	if d.HTML != nil {
+		defer d.HTML.add(d, frame, t)
 	}
-	d.packets++
-	if d.packets == 1 {
+	d.Packets++
+	if d.Packets == 1 {
 		d.t0 = t
 	}
 	ts := relTime(d.t0, t)
@@ -242,7 +159,7 @@ func (d *dumper) packet(frame []byte, t time.Time) {
 	if gsi {
 		d.cms.account(&d.f)
 	}
-	if d.o.quiet {
+	if d.o.Quiet {
 		return
 	}
 	d.line(ts, st)
@@ -250,10 +167,10 @@ func (d *dumper) packet(frame []byte, t time.Time) {
 		d.buf = appendCM(d.buf[:0], &d.f)
 		d.w.Write(d.buf)
 	}
-	if d.o.verbose {
+	if d.o.Verbose {
 		d.detail(st)
 	}
-	if d.o.hexdump && len(d.f.Payload) > 0 {
+	if d.o.Hexdump && len(d.f.Payload) > 0 {
 		fmt.Fprint(d.w, indent(hex.Dump(d.f.Payload), "        "))
 	}
 }
@@ -305,7 +222,7 @@ func looksV2(b []byte, et uint16, off int) bool {
 }
 
 // account updates the opcode counts and the PSN tracking of the packet's flow.
-func (d *dumper) account() {
+func (d *Dumper) account() {
 	op := d.f.Opcode()
 	d.byOpcode[op]++
 	if (op.IsFirst() && !op.IsLast() || op.IsMiddle()) && len(d.f.Payload) > d.mtu && !d.f.HeaderOnly() {
@@ -373,7 +290,7 @@ func (fl *flow) expect(next bth.PSN) {
 }
 
 // step compares a packet's PSN with the expected one.
-func (d *dumper) step(fl *flow, psn bth.PSN) {
+func (d *Dumper) step(fl *flow, psn bth.PSN) {
 	if !fl.known {
 		return
 	}
@@ -393,10 +310,10 @@ func (d *dumper) step(fl *flow, psn bth.PSN) {
 }
 
 // line prints the one-line form of the decoded packet.
-func (d *dumper) line(ts string, st icrcState) {
+func (d *Dumper) line(ts string, st icrcState) {
 	f := &d.f
 	b := d.buf[:0]
-	b = fmt.Appendf(b, "%6d %s %s > %s %-28s QP 0x%06x PSN %-8d", d.packets, ts, f.SrcIP(), f.DstIP(),
+	b = fmt.Appendf(b, "%6d %s %s > %s %-28s QP 0x%06x PSN %-8d", d.Packets, ts, f.SrcIP(), f.DstIP(),
 		f.OpcodeName(), f.BTH.DestQP(), f.BTH.PSN())
 	if f.BTH.AckReq() {
 		b = append(b, " A"...)
@@ -462,7 +379,7 @@ func boolBit(v bool) uint64 {
 }
 
 // detail prints every field of every header of the decoded packet.
-func (d *dumper) detail(st icrcState) {
+func (d *Dumper) detail(st icrcState) {
 	f, w := &d.f, d.w
 	fmt.Fprintf(w, "  Ethernet  dst %s  src %s  type 0x%04x\n", f.DstMAC(), f.SrcMAC(), f.Eth.EtherType())
 	if f.VLAN != nil {
@@ -542,7 +459,9 @@ func (d *dumper) detail(st icrcState) {
 	d.payloadICRCDetail(st)
 }
 
-func (d *dumper) summary() {
+// Summary prints the counts: packets, by opcode, CM messages, and each
+// queue pair's PSN sequence.
+func (d *Dumper) Summary() {
 	w := d.w
 	d.countsLine()
 	if len(d.byOpcode) > 0 {
