@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -20,5 +21,37 @@ func TestVersionAliases(t *testing.T) {
 		if out.String() != want.String() {
 			t.Errorf("xroce %s = %q, want xroce version's %q", alias, out.String(), want.String())
 		}
+	}
+}
+
+// run runs the xroce command line args as main does, for the tests of the
+// tools still in this package and of the dispatcher.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err = Run(context.Background(), args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+// TestUsage checks the dispatcher's own usage errors and that help lists
+// the commands of commands.go (the tools' own usage is tested in their
+// packages).
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "no command"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+	} {
+		_, _, err := run(t, tc.args...)
+		if ExitCode(err) != tc.code || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("xroce %q: err %v (exit %d), want exit %d mentioning %q", tc.args, err, ExitCode(err), tc.code, tc.want)
+		}
+	}
+	out, _, err := run(t, "help")
+	if err != nil || !strings.Contains(out, "dump") {
+		t.Errorf("help: %v\n%s", err, out)
 	}
 }

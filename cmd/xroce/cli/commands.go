@@ -2,6 +2,7 @@ package cli
 
 import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/dump"
 	"github.com/xroce/xroce/cmd/xroce/internal/stat"
 	"github.com/xroce/xroce/cmd/xroce/internal/version"
 )
@@ -10,6 +11,7 @@ import (
 // and nowhere else. (Tools not yet in a package of their own append theirs
 // from init functions, which run after this list is made.)
 var commands = []base.Command{
+	dump.Cmd,
 	stat.Cmd,
 	version.Cmd,
 }

@@ -54,3 +54,9 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+func TestLabHTMLNeedsPcap(t *testing.T) {
+	if _, _, err := run(t, "lab", "--pcap", "none", "--html", "x.html"); ExitCode(err) != 2 {
+		t.Errorf("lab --pcap none --html: %v, want a usage error", err)
+	}
+}

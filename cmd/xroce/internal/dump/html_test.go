@@ -1,4 +1,4 @@
-package cli
+package dump
 
 import (
 	"bytes"
@@ -109,12 +109,6 @@ func TestDumpHTMLCaptures(t *testing.T) {
 				t.Errorf("%d arrows, want %d (%d packets)", got, want, len(c.Packets))
 			}
 		})
-	}
-}
-
-func TestLabHTMLNeedsPcap(t *testing.T) {
-	if _, _, err := run(t, "lab", "--pcap", "none", "--html", "x.html"); ExitCode(err) != 2 {
-		t.Errorf("lab --pcap none --html: %v, want a usage error", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package cli
+package dump
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/xroce/xroce/afpacket"
 	"github.com/xroce/xroce/bth"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
@@ -35,7 +36,7 @@ func TestDumpLive(t *testing.T) {
 	defer cancel()
 	go func() {
 		done <- pair.B.Do(func() error {
-			return Run(ctx, []string{"dump", "-i", pair.B.Ifname, "-c", "4", "-w", pcap}, &out, &out)
+			return Cmd.Run(ctx, &base.Env{Stdout: &out, Stderr: &out}, []string{"-i", pair.B.Ifname, "-c", "4", "-w", pcap})
 		})
 	}()
 

@@ -1,4 +1,9 @@
-package cli
+// Package dump is xroce dump: RoCE v2 packets decoded from a capture file
+// or live from an interface (AF_PACKET, live_linux.go), printed one line
+// each with a summary, and optionally drawn as an HTML page. The decoding,
+// printing and drawing are package capture's, which lab shares; this
+// package holds the command's flags and the live capture.
+package dump
 
 import (
 	"context"
@@ -51,9 +56,8 @@ const dumpExamples = `  xroce dump bth/testdata/01_rc_pingpong.pcap
   xroce dump -q --html page.html capture.pcap # and the capture drawn: diagrams, PSN graphs, headers
   xroce dump -i eth0 -w roce.pcap             # live, until Ctrl-C; also saved for Wireshark`
 
-func init() {
-	register("dump", "decode RoCE v2 packets from a capture file or live from an interface", runDump)
-}
+// Cmd is xroce dump.
+var Cmd = base.Command{Name: "dump", Summary: "decode RoCE v2 packets from a capture file or live from an interface", Run: runDump}
 
 func runDump(ctx context.Context, e *base.Env, args []string) error {
 	var o capture.Options
