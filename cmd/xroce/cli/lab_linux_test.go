@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/capture"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/statsock"
@@ -74,17 +76,21 @@ func checkNoNamespaces(t *testing.T, out string) {
 	}
 }
 
-// labGaps matches a queue pair's line of dump's summary, with its gaps.
+// labGaps matches a queue pair's line of the capture's summary, with its gaps.
 var labGaps = regexp.MustCompile(`(?m)^  (.*QP 0x[0-9a-f]+ .*?) (\d+) gaps \(\d+ PSNs missing\).*$`)
 
-// checkPcap decodes the capture with xroce dump: every frame RoCE, every
-// ICRC good, no PSN missing from any queue pair's flow.
+// checkPcap decodes the capture as xroce dump -q does (its summary, by
+// capture's Dumper): every frame RoCE, every ICRC good, no PSN missing from
+// any queue pair's flow.
 func checkPcap(t *testing.T, path string) clitest.Summary {
 	t.Helper()
-	out, _, err := run(t, "dump", "-q", path)
-	if err != nil {
-		t.Fatalf("dump %s: %v\n%s", path, err, out)
+	var b bytes.Buffer
+	d := capture.NewDumper(&b, capture.Options{Quiet: true})
+	if err := d.File(path); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b.String())
 	}
+	d.Summary()
+	out := b.String()
 	s := clitest.ParseSummary(t, out)
 	if s.RoCE == 0 || s.Bad != 0 || s.Malformed != 0 || s.OK != s.RoCE || s.Other != 0 {
 		t.Errorf("pcap summary %+v: want only RoCE frames, all with a good ICRC", s)
@@ -103,21 +109,21 @@ func checkPcap(t *testing.T, path string) clitest.Summary {
 	return s
 }
 
-// The whole lab with short measurements; xroce stat reads its counters
-// while it runs.
+// The whole lab with short measurements; its stat socket serves the
+// devices' counters while it runs (what xroce stat reads; stat's tests
+// check its printing of them).
 func TestLabRun(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
 	statDir := filepath.Join(dir, "run")
 	pcap := filepath.Join(dir, "lab.pcap")
-	statOut := make(chan string, 1)
-	txFrames := regexp.MustCompile(`(?m)^  tx_frames\s+(\d+)\s+(\d+)`)
+	statOut := make(chan *statsock.Snapshot, 1)
 	labDone := make(chan struct{})
-	go func() { // xroce stat against the running lab
+	go func() { // a stat client against the running lab
 		// Look until both devices have sent something (the first
 		// snapshot may come between A's first frame and B's answer),
-		// or the lab has ended, and hand over the last output read.
-		last := ""
+		// or the lab has ended, and hand over the last snapshot read.
+		var last *statsock.Snapshot
 		for {
 			select {
 			case <-labDone:
@@ -126,13 +132,13 @@ func TestLabRun(t *testing.T) {
 			default:
 			}
 			if ps, _ := statsock.List(statDir); len(ps) > 0 {
-				out, _, err := run(t, "stat", "--dir", statDir, "-p", ps[0].Path[len(statDir)+1:len(ps[0].Path)-5])
-				if err == nil && strings.Contains(out, "tx_frames") {
-					last = out
-					if m := txFrames.FindStringSubmatch(out); m != nil && m[1] != "0" && m[2] != "0" {
+				s, err := statsock.Read(context.Background(), ps[0].Path)
+				if err == nil && len(s.Devices) > 0 {
+					last = s
+					if labBothSent(s) {
 						break
 					}
-				} else if last != "" {
+				} else if last != nil {
 					break // the lab has ended
 				}
 			}
@@ -179,17 +185,30 @@ func TestLabRun(t *testing.T) {
 	t.Logf("pcap: %+v", s)
 
 	so := <-statOut
-	if so == "" {
-		t.Fatal("xroce stat never read the lab's counters")
+	if so == nil {
+		t.Fatal("the stat socket never served the lab's counters")
 	}
-	t.Logf("xroce stat:\n%s", so)
-	m := txFrames.FindStringSubmatch(so)
-	if m == nil || m[1] == "0" || m[2] == "0" {
-		t.Errorf("xroce stat shows no frames sent by A and B")
+	for _, d := range so.Devices {
+		n, _ := statsock.Lookup(d.Counters, "tx_frames")
+		t.Logf("stat socket, phase %s: %s %s sent %d frames", so.Phase, d.Name, d.Addr, n)
+	}
+	if !labBothSent(so) {
+		t.Errorf("the stat socket shows no frames sent by A and B")
 	}
 	if ps, _ := statsock.List(statDir); len(ps) != 0 {
 		t.Errorf("stat socket left behind: %+v", ps)
 	}
+}
+
+// labBothSent reports whether a snapshot of the lab has devices A and B,
+// each with frames sent.
+func labBothSent(s *statsock.Snapshot) bool {
+	sent := map[string]bool{}
+	for _, d := range s.Devices {
+		n, _ := statsock.Lookup(d.Counters, "tx_frames")
+		sent[d.Name] = n > 0
+	}
+	return sent["A"] && sent["B"]
 }
 
 // labStopLimit bounds how long the lab may take to stop once interrupted:
@@ -225,8 +244,8 @@ func TestLabInterrupt(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "interrupted") {
 				t.Errorf("lab = %v, want interrupted", err)
 			}
-			if ExitCode(err) != 1 {
-				t.Errorf("exit %d, want 1", ExitCode(err))
+			if base.ExitCode(err) != 1 {
+				t.Errorf("exit %d, want 1", base.ExitCode(err))
 			}
 			if el := time.Since(cancelled); el > labStopLimit {
 				t.Errorf("took %v to stop after the interrupt: it ran on", el)

@@ -3,6 +3,8 @@ package cli
 import (
 	"testing"
 	"time"
+
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
 func TestLabBadFlags(t *testing.T) {
@@ -22,8 +24,8 @@ func TestLabBadFlags(t *testing.T) {
 		{"lab", "--trace", "-1"},
 	} {
 		_, _, err := run(t, args...)
-		if ExitCode(err) != 2 {
-			t.Errorf("%q: %v (exit %d), want a usage error (exit 2)", args, err, ExitCode(err))
+		if base.ExitCode(err) != 2 {
+			t.Errorf("%q: %v (exit %d), want a usage error (exit 2)", args, err, base.ExitCode(err))
 		}
 	}
 }
@@ -56,7 +58,7 @@ func TestFormats(t *testing.T) {
 }
 
 func TestLabHTMLNeedsPcap(t *testing.T) {
-	if _, _, err := run(t, "lab", "--pcap", "none", "--html", "x.html"); ExitCode(err) != 2 {
+	if _, _, err := run(t, "lab", "--pcap", "none", "--html", "x.html"); base.ExitCode(err) != 2 {
 		t.Errorf("lab --pcap none --html: %v, want a usage error", err)
 	}
 }
