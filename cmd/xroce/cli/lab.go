@@ -244,16 +244,3 @@ func gbits(bytes uint64, d time.Duration) string {
 func micros(d time.Duration) string {
 	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
 }
-
-// byteSize formats a byte count briefly: 64 B, 4 KiB, 1.5 MiB.
-func byteSize(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
-}

@@ -694,7 +694,7 @@ func (r *labRun) qpsNamed(name string) [2]*labQP {
 // rcOps checks SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM and READ of n
 // bytes from a to b.
 func (r *labRun) rcOps(a, b *labQP, n int) error {
-	size := byteSize(n)
+	size := base.ByteSize(n)
 	for _, op := range []roce.WROpcode{roce.WRSend, roce.WRSendWithImm} {
 		name := "SEND"
 		if op == roce.WRSendWithImm {
@@ -834,7 +834,7 @@ func (r *labRun) atomics(a, b *labQP) error {
 // followed by a SEND on the same QP, whose arrival at B says the WRITE
 // (placed in order before it) has landed.
 func (r *labRun) ucOps(a, b *labQP, n int) error {
-	size := byteSize(n)
+	size := base.ByteSize(n)
 	err := r.tourStep("UC SEND "+size, func() (string, error) {
 		fillRandom(a.buf[:n], uint64(n)<<8|0x55)
 		clear(b.buf[:n])
@@ -879,7 +879,7 @@ func (r *labRun) ucOps(a, b *labQP, n int) error {
 // udSend checks a UD datagram of n bytes: it arrives after a 40-byte GRH
 // area, with the sender's QPN.
 func (r *labRun) udSend(a, b *labQP, n int) error {
-	return r.tourStep("UD SEND "+byteSize(n), func() (string, error) {
+	return r.tourStep("UD SEND "+base.ByteSize(n), func() (string, error) {
 		av, err := a.host.dev.Resolve(r.ctx, b.host.h.IP)
 		if err != nil {
 			return "", err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/bpf"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/seqdiag"
 	"github.com/xroce/xroce/roce"
 )
@@ -67,9 +68,9 @@ func (r *labRun) lossPhase() error {
 		title string
 		fn    func(a, b *labQP) (string, error)
 	}{
-		{fmt.Sprintf("RC WRITE %d x %s", lossWrites, byteSize(lossChunk)), r.lossWrites},
-		{fmt.Sprintf("RC READ %d x %s", lossReads, byteSize(lossChunk)), r.lossReads},
-		{fmt.Sprintf("RC SEND %d x %s", lossSends, byteSize(lossSendLen)), r.lossSendsStep},
+		{fmt.Sprintf("RC WRITE %d x %s", lossWrites, base.ByteSize(lossChunk)), r.lossWrites},
+		{fmt.Sprintf("RC READ %d x %s", lossReads, base.ByteSize(lossChunk)), r.lossReads},
+		{fmt.Sprintf("RC SEND %d x %s", lossSends, base.ByteSize(lossSendLen)), r.lossSendsStep},
 		{fmt.Sprintf("RC FETCH_ADD %d x +1", lossAdds), r.lossAddsStep},
 	}
 	var err error
@@ -124,7 +125,7 @@ func (r *labRun) lossWrites(a, b *labQP) (string, error) {
 	}
 	n := lossWrites * lossChunk
 	b.fence()
-	return fmt.Sprintf("B's memory holds all %s, byte-exact", byteSize(n)), sameBytes("B's buffer", b.buf[:n], a.buf[:n])
+	return fmt.Sprintf("B's memory holds all %s, byte-exact", base.ByteSize(n)), sameBytes("B's buffer", b.buf[:n], a.buf[:n])
 }
 
 func (r *labRun) lossReads(a, b *labQP) (string, error) {
@@ -144,7 +145,7 @@ func (r *labRun) lossReads(a, b *labQP) (string, error) {
 		}
 	}
 	n := lossReads * lossChunk
-	return fmt.Sprintf("A read all %s, byte-exact", byteSize(n)), sameBytes("A's buffer", a.buf[:n], b.buf[:n])
+	return fmt.Sprintf("A read all %s, byte-exact", base.ByteSize(n)), sameBytes("A's buffer", a.buf[:n], b.buf[:n])
 }
 
 func (r *labRun) lossSendsStep(a, b *labQP) (string, error) {

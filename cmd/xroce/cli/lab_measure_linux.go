@@ -114,8 +114,8 @@ func (r *labRun) rdmaBandwidth() (string, error) {
 	}
 	el := time.Since(start)
 	r.res.rdmaBytes, r.res.rdmaTime, r.res.rdmaMeasured = done, el, true
-	return fmt.Sprintf("%s in %.2f s: %s (%s messages, %d in flight)", byteSize(int(min(done, 1<<40))), el.Seconds(),
-		gbits(done, el), byteSize(n), bwDepth), nil
+	return fmt.Sprintf("%s in %.2f s: %s (%s messages, %d in flight)", base.ByteSize(int(min(done, 1<<40))), el.Seconds(),
+		gbits(done, el), base.ByteSize(n), bwDepth), nil
 }
 
 // rdmaLatency bounces a latSize-byte SEND between A and B over the rc-lat
@@ -359,8 +359,8 @@ func (r *labRun) tcpBandwidth() (string, error) {
 		return "", res.err
 	}
 	r.res.tcpBytes, r.res.tcpTime = res.n, res.el
-	return fmt.Sprintf("%s in %.2f s: %s (one stream, %s writes)", byteSize(int(min(res.n, 1<<40))), res.el.Seconds(),
-		gbits(res.n, res.el), byteSize(tcpBuf)), nil
+	return fmt.Sprintf("%s in %.2f s: %s (one stream, %s writes)", base.ByteSize(int(min(res.n, 1<<40))), res.el.Seconds(),
+		gbits(res.n, res.el), base.ByteSize(tcpBuf)), nil
 }
 
 // tcpLatency bounces tcpLatSize bytes between A and B: Go net.Conns of
@@ -422,18 +422,9 @@ func halves(rtts []time.Duration) []time.Duration {
 	return out
 }
 
-// percentile returns the p-th percentile of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p / 100 * float64(len(sorted)-1))
-	return sorted[i]
-}
-
 func latencyLine(lat []time.Duration, size int) string {
 	return fmt.Sprintf("%d round trips of %d bytes: half round trip median %s, p99 %s, min %s",
-		len(lat), size, micros(percentile(lat, 50)), micros(percentile(lat, 99)), micros(lat[0]))
+		len(lat), size, micros(base.Percentile(lat, 50)), micros(base.Percentile(lat, 99)), micros(lat[0]))
 }
 
 // report prints the results table.
@@ -467,13 +458,13 @@ func (r *labRun) report() {
 		}
 		return gbits(n, d)
 	}
-	fmt.Fprintf(w, "  %-34s %-24s %s\n", fmt.Sprintf("bandwidth, %s messages/writes", byteSize(r.o.size)),
+	fmt.Fprintf(w, "  %-34s %-24s %s\n", fmt.Sprintf("bandwidth, %s messages/writes", base.ByteSize(r.o.size)),
 		bw(res.rdmaBytes, res.rdmaTime, res.rdmaMeasured), bw(res.tcpBytes, res.tcpTime, res.tcpTime > 0))
 	lat := func(l []time.Duration, p float64, size int) string {
 		if len(l) == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%s (%d B)", micros(percentile(l, p)), size)
+		return fmt.Sprintf("%s (%d B)", micros(base.Percentile(l, p)), size)
 	}
 	fmt.Fprintf(w, "  %-34s %-24s %s\n", "latency, half round trip, median", lat(res.rdmaLat, 50, latSize), lat(res.tcpLat, 50, tcpLatSize))
 	fmt.Fprintf(w, "  %-34s %-24s %s\n", "latency, half round trip, p99", lat(res.rdmaLat, 99, latSize), lat(res.tcpLat, 99, tcpLatSize))

@@ -50,11 +50,6 @@ func TestFormats(t *testing.T) {
 	if got := gbits(1e9/8, time.Second); got != "1.00 Gbit/s" {
 		t.Errorf("gbits = %q", got)
 	}
-	for n, want := range map[int]string{64: "64 B", 4096: "4 KiB", 1 << 20: "1 MiB", 3 << 19: "1.5 MiB", 1000: "1000 B"} {
-		if got := byteSize(n); got != want {
-			t.Errorf("byteSize(%d) = %q, want %q", n, got, want)
-		}
-	}
 }
 
 func TestLabHTMLNeedsPcap(t *testing.T) {

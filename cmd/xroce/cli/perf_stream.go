@@ -546,7 +546,7 @@ func (c *psClient) run(ctx context.Context) error {
 			for _, tr := range transports {
 				r, err := c.throughput(ctx, tr, size)
 				if err != nil {
-					return fmt.Errorf("%s %s writes: %w", tr, byteSize(size), err)
+					return fmt.Errorf("%s %s writes: %w", tr, base.ByteSize(size), err)
 				}
 				c.results = append(c.results, r)
 			}
@@ -636,7 +636,7 @@ func (c *psClient) throughput(ctx context.Context, transport string, size int) (
 	for i := range buf {
 		buf[i] = byte(i)
 	}
-	prog := newProgress(c.e.Stderr, fmt.Sprintf("stream %s %s writes", transport, byteSize(size)))
+	prog := newProgress(c.e.Stderr, fmt.Sprintf("stream %s %s writes", transport, base.ByteSize(size)))
 	cpu := cpuTime()
 	t0 := time.Now()
 	if o.duration > 0 {
@@ -740,7 +740,7 @@ func (c *psClient) header() {
 	w := c.e.Stdout
 	direct := "off"
 	if o.direct > 0 {
-		direct = byteSize(o.direct)
+		direct = base.ByteSize(o.direct)
 	}
 	var bound []string
 	switch {
@@ -796,7 +796,7 @@ func (c *psClient) printBW(size int) {
 		} else {
 			t = r
 		}
-		fmt.Fprintf(w, " %-12s %-10s %10d %10.2f %24s %8s\n", byteSize(size), r.transport, r.bytes>>20, r.gbits(), cpu, direct)
+		fmt.Fprintf(w, " %-12s %-10s %10d %10.2f %24s %8s\n", base.ByteSize(size), r.transport, r.bytes>>20, r.gbits(), cpu, direct)
 	}
 	if t == nil {
 		return
@@ -823,9 +823,9 @@ func (c *psClient) printLat() {
 		s := slices.Clone(r.lat)
 		slices.Sort(s)
 		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-		fmt.Fprintf(w, " %-23s %10d %10.1f %10.1f %10.1f\n", r.transport, len(s), us(percentile(s, 50)), us(percentile(s, 99)),
+		fmt.Fprintf(w, " %-23s %10d %10.1f %10.1f %10.1f\n", r.transport, len(s), us(base.Percentile(s, 50)), us(base.Percentile(s, 99)),
 			us(r.elapsed)/float64(max(len(s), 1)))
-		p50[r.transport] = us(percentile(s, 50))
+		p50[r.transport] = us(base.Percentile(s, 50))
 		order = append(order, r.transport)
 	}
 	if t, ok := p50["tcp"]; ok {
