@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/dump"
+	"github.com/xroce/xroce/cmd/xroce/internal/lab"
 	"github.com/xroce/xroce/cmd/xroce/internal/stat"
 	"github.com/xroce/xroce/cmd/xroce/internal/version"
 )
@@ -12,6 +13,7 @@ import (
 // from init functions, which run after this list is made.)
 var commands = []base.Command{
 	dump.Cmd,
+	lab.Cmd,
 	stat.Cmd,
 	version.Cmd,
 }

@@ -1,4 +1,10 @@
-package cli
+// Package lab is xroce lab: two network namespaces joined by a veth pair,
+// an xroce device in each over AF_XDP, and a tour of every operation, a
+// loss phase and bandwidth and latency measurements between them, with a
+// pcap of every frame, its HTML page, and counters for xroce stat. The lab
+// runs on Linux only (the *_linux.go files); elsewhere it says so
+// (lab_other.go).
+package lab
 
 import (
 	"context"
@@ -50,9 +56,8 @@ const labExamples = `  sudo xroce lab                              # all of it, 
   xroce dump /tmp/lab.pcap                    # every packet decoded, ICRC checked
   sudo xroce stat -w                          # from another terminal, while it runs`
 
-func init() {
-	register("lab", "run a RoCE v2 lab between two network namespaces: tour, loss, bandwidth and latency", runLab)
-}
+// Cmd is xroce lab.
+var Cmd = base.Command{Name: "lab", Summary: "run a RoCE v2 lab between two network namespaces: tour, loss, bandwidth and latency", Run: runLab}
 
 // labOptions are the lab's settings.
 type labOptions struct {

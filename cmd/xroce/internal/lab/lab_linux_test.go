@@ -1,4 +1,4 @@
-package cli
+package lab
 
 import (
 	"bytes"
@@ -147,8 +147,8 @@ func TestLabRun(t *testing.T) {
 		statOut <- last
 	}()
 	var stdout, stderr labOutput
-	err := Run(context.Background(), []string{"lab", "--duration", "300ms", "--trace", "20", "--pcap", pcap,
-		"--stat-dir", statDir, "--sizes", "64,3000"}, &stdout, &stderr)
+	err := Cmd.Run(context.Background(), &base.Env{Stdout: &stdout, Stderr: &stderr}, []string{"--duration", "300ms", "--trace", "20", "--pcap", pcap,
+		"--stat-dir", statDir, "--sizes", "64,3000"})
 	close(labDone)
 	out := stdout.String()
 	t.Logf("output:\n%s", out)
@@ -234,7 +234,7 @@ func TestLabInterrupt(t *testing.T) {
 					})
 				}
 			}}
-			err := Run(ctx, []string{"lab", "--duration", "1m", "--pcap", "", "--stat-dir", ""}, stdout, &labOutput{})
+			err := Cmd.Run(ctx, &base.Env{Stdout: stdout, Stderr: &labOutput{}}, []string{"--duration", "1m", "--pcap", "", "--stat-dir", ""})
 			var cancelled time.Time
 			select {
 			case cancelled = <-at0:
@@ -374,7 +374,7 @@ func TestLabFailure(t *testing.T) {
 						err = boom
 					}
 				}()
-				err = Run(context.Background(), []string{"lab", "--duration", "100ms", "--pcap", "", "--stat-dir", ""}, &stdout, &labOutput{})
+				err = Cmd.Run(context.Background(), &base.Env{Stdout: &stdout, Stderr: &labOutput{}}, []string{"--duration", "100ms", "--pcap", "", "--stat-dir", ""})
 			}()
 			if !errors.Is(err, boom) {
 				t.Errorf("lab = %v, want the injected failure", err)

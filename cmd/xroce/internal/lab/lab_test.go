@@ -1,11 +1,18 @@
-package cli
+package lab
 
 import (
 	"testing"
 	"time"
 
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 )
+
+// run runs xroce lab with args, which start with "lab".
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	return clitest.Run(t, Cmd, args...)
+}
 
 func TestLabBadFlags(t *testing.T) {
 	for _, args := range [][]string{
