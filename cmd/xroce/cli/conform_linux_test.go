@@ -46,28 +46,28 @@ func TestConformXroce(t *testing.T) {
 				cli = append(cli, "-json")
 			}
 			rs, rc := clientServer(t, p, port, srv, cli)
-			if rc.err != nil {
-				t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.err, rc.stdout, rc.stderr)
+			if rc.Err != nil {
+				t.Fatalf("conform: %v\nstdout:\n%s\nstderr:\n%s", rc.Err, rc.Stdout, rc.Stderr)
 			}
-			if rs.err != nil {
-				t.Errorf("server: %v\nstdout:\n%s\nstderr:\n%s", rs.err, rs.stdout, rs.stderr)
+			if rs.Err != nil {
+				t.Errorf("server: %v\nstdout:\n%s\nstderr:\n%s", rs.Err, rs.Stdout, rs.Stderr)
 			}
 			if verbose {
 				// The table and the check's packets, drawn as the lab does.
 				for _, want := range []string{"device under test 198.18.0.2", "RC ACKNOWLEDGE PSN", "NAK PSN sequence error", "-->|", "|<--",
 					"1 checks: 1 PASS, 0 FAIL, 0 KNOWN, 0 SKIP"} {
-					if !strings.Contains(rc.stdout, want) {
-						t.Errorf("-v output lacks %q:\n%s", want, rc.stdout)
+					if !strings.Contains(rc.Stdout, want) {
+						t.Errorf("-v output lacks %q:\n%s", want, rc.Stdout)
 					}
 				}
-				t.Logf("-v:\n%s", rc.stdout)
+				t.Logf("-v:\n%s", rc.Stdout)
 				return
 			}
 			var rep conformReport
-			if err := json.Unmarshal([]byte(rc.stdout), &rep); err != nil {
-				t.Fatalf("-json output: %v\n%s", err, rc.stdout)
+			if err := json.Unmarshal([]byte(rc.Stdout), &rep); err != nil {
+				t.Fatalf("-json output: %v\n%s", err, rc.Stdout)
 			}
-			t.Logf("progress:\n%s", rc.stderr)
+			t.Logf("progress:\n%s", rc.Stderr)
 			for _, r := range rep.Results {
 				t.Logf("%-26s %-5v %s %s", r.Name, r.Verdict, r.Observed, r.Note)
 				if r.Verdict == conform.Fail {
@@ -93,14 +93,14 @@ func TestConformXroce(t *testing.T) {
 // conformJSON returns the report of a run of xroce conform -json (what
 // names it in the failure), failing t if the run failed or its output is
 // not the report.
-func conformJSON(t *testing.T, what string, r result) conformReport {
+func conformJSON(t *testing.T, what string, r clitest.Result) conformReport {
 	t.Helper()
-	if r.err != nil {
-		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", what, r.err, r.stdout, r.stderr)
+	if r.Err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", what, r.Err, r.Stdout, r.Stderr)
 	}
 	var rep conformReport
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("%s: -json output: %v\n%s", what, err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("%s: -json output: %v\n%s", what, err, r.Stdout)
 	}
 	return rep
 }
@@ -149,7 +149,7 @@ func TestConformSendTools(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 			defer cancel()
 			sc := runIn(ctx, p.B, srv...)
-			waitListen(t, p.B, port, sc)
+			clitest.WaitListen(t, p.B, port, sc)
 			rc := <-runIn(ctx, p.A, append(cli, p.B.IP.String())...)
 			cancel()
 			<-sc
@@ -338,7 +338,7 @@ func TestConformRping(t *testing.T) {
 	stop()
 	<-sc
 	rep := conformJSON(t, "conform", rc)
-	t.Logf("progress:\n%s", rc.stderr)
+	t.Logf("progress:\n%s", rc.Stderr)
 	got := map[string]conform.Verdict{}
 	for _, r := range rep.Results {
 		t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)

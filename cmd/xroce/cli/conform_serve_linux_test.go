@@ -38,7 +38,7 @@ func TestConformServe(t *testing.T) {
 			srv := []string{"conform", "-d", p.A.Ifname, "--serve", tc.tool, "-q", "8", "-s", fmt.Sprint(tc.size),
 				"-p", fmt.Sprint(port), "-linger", "3s", "-json", "-observed", obs}
 			sc := runIn(ctx, p.A, srv...)
-			waitListen(t, p.A, port, sc)
+			clitest.WaitListen(t, p.A, port, sc)
 			// The client keeps few requests outstanding: the puppet's
 			// AF_PACKET socket is no match for a full window of 8 QPs.
 			cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, tc.test, "-q", "8", "-s", fmt.Sprint(tc.size), "-t", "4",
@@ -46,9 +46,9 @@ func TestConformServe(t *testing.T) {
 			rs := <-sc
 			cancel()
 			rc := <-cc
-			t.Logf("client: %v\n%s\n%s", rc.err, rc.stdout, rc.stderr)
+			t.Logf("client: %v\n%s\n%s", rc.Err, rc.Stdout, rc.Stderr)
 			rep := conformJSON(t, "conform --serve", rs)
-			t.Logf("progress:\n%s", rs.stderr)
+			t.Logf("progress:\n%s", rs.Stderr)
 			pass := 0
 			for _, r := range rep.Results {
 				t.Logf("%-26s %-5v %s %s", r.Name, r.Verdict, r.Observed, r.Note)
@@ -92,7 +92,7 @@ func TestConformServeCNP(t *testing.T) {
 	srv := []string{"conform", "-d", p.A.Ifname, "--serve", "ib_write_bw", "-q", "1", "-s", "1024", "-m", "1024",
 		"-p", fmt.Sprint(port), "-run", "cnp", "-linger", "3s", "-json"}
 	sc := runIn(ctx, p.A, srv...)
-	waitListen(t, p.A, port, sc)
+	clitest.WaitListen(t, p.A, port, sc)
 	cc := runIn(ctx, p.B, "perf", "-d", p.B.Ifname, "write_bw", "-q", "1", "-s", "1024", "-m", "1024", "-t", "4",
 		"-D", "20", "-p", fmt.Sprint(port), "-timeout", "10s", "-stat-dir", "", p.A.IP.String())
 	rs := <-sc
@@ -104,7 +104,7 @@ func TestConformServeCNP(t *testing.T) {
 	}
 	r := rep.Results[0]
 	t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)
-	t.Logf("client: %s", perfCCLineRE.FindString(rc.stderr))
+	t.Logf("client: %s", perfCCLineRE.FindString(rc.Stderr))
 	if r.Verdict == conform.Fail {
 		t.Errorf("%s: FAIL against xroce's requester: %s", r.Name, r.Observed)
 	}
@@ -117,11 +117,11 @@ func TestConformServeCNP(t *testing.T) {
 	if sent == 0 {
 		t.Errorf("the puppet sent no CNPs: %s", r.Observed)
 	}
-	rx := ccFig(t, "client", rc.stderr, "rx_cnp")
+	rx := ccFig(t, "client", rc.Stderr, "rx_cnp")
 	if rx == 0 || sent > 0 && rx > uint64(sent) {
 		t.Errorf("client: received %d CNPs, want 1..%d (the puppet's)", rx, sent)
 	}
-	if cuts, low := ccFig(t, "client", rc.stderr, "rate_cuts"), ccFig(t, "client", rc.stderr, "rate_lowest"); cuts == 0 || low == 0 {
+	if cuts, low := ccFig(t, "client", rc.Stderr, "rate_cuts"), ccFig(t, "client", rc.Stderr, "rate_lowest"); cuts == 0 || low == 0 {
 		t.Errorf("client: %d rate cuts, lowest rate %d b/s; want DCQCN to have cut the rate", cuts, low)
 	}
 }

@@ -55,18 +55,18 @@ func TestPerfMarkCE(t *testing.T) {
 		append([]string{"perf", "-d", p.A.Ifname}, flags...))
 	checkPerf(t, "client", rc, perftest.ResultBW, []int{65536}, 2000)
 	checkPerf(t, "server", rs, perftest.ResultBW, []int{65536}, 2000)
-	if strings.Contains(rs.stderr, "AF_PACKET") {
-		t.Skipf("no AF_XDP on the veth, so no XDP program to mark: %s", rs.stderr)
+	if strings.Contains(rs.Stderr, "AF_PACKET") {
+		t.Skipf("no AF_XDP on the veth, so no XDP program to mark: %s", rs.Stderr)
 	}
-	t.Logf("server: %s\nclient: %s", perfCCLineRE.FindString(rs.stderr), perfCCLineRE.FindString(rc.stderr))
-	marked, ce, cnps := ccFig(t, "server", rs.stderr, "xdp_marked_ce"), ccFig(t, "server", rs.stderr, "rx_ce"), ccFig(t, "server", rs.stderr, "tx_cnp")
+	t.Logf("server: %s\nclient: %s", perfCCLineRE.FindString(rs.Stderr), perfCCLineRE.FindString(rc.Stderr))
+	marked, ce, cnps := ccFig(t, "server", rs.Stderr, "xdp_marked_ce"), ccFig(t, "server", rs.Stderr, "rx_ce"), ccFig(t, "server", rs.Stderr, "tx_cnp")
 	if marked == 0 || ce != marked || cnps == 0 || cnps > ce {
 		t.Errorf("server: XDP marked %d, received %d CE-marked, sent %d CNPs; want as many received as marked, and 1..that many CNPs", marked, ce, cnps)
 	}
-	if rx := ccFig(t, "client", rc.stderr, "rx_cnp"); rx == 0 || rx > cnps {
+	if rx := ccFig(t, "client", rc.Stderr, "rx_cnp"); rx == 0 || rx > cnps {
 		t.Errorf("client: received %d CNPs, want 1..%d (the server's)", rx, cnps)
 	}
-	if cuts, low := ccFig(t, "client", rc.stderr, "rate_cuts"), ccFig(t, "client", rc.stderr, "rate_lowest"); cuts == 0 || low == 0 {
+	if cuts, low := ccFig(t, "client", rc.Stderr, "rate_cuts"), ccFig(t, "client", rc.Stderr, "rate_lowest"); cuts == 0 || low == 0 {
 		t.Errorf("client: %d rate cuts, lowest rate %d b/s; want cuts and a rate", cuts, low)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
 
@@ -67,7 +68,7 @@ func TestPingpongPerfConnectErrors(t *testing.T) {
 	defer cancel()
 	run := func(h *netns.Host, args ...string) error {
 		r := <-runIn(ctx, h, args...)
-		return r.err
+		return r.Err
 	}
 	check := func(what string, err error, want string) {
 		t.Helper()
@@ -98,7 +99,7 @@ func TestPingpongPerfConnectErrors(t *testing.T) {
 	}
 	// A pingpong client whose server is a perf server: the messages differ.
 	sc := runIn(ctx, p.B, "perf", "write_bw", "-d", p.B.Ifname, "-timeout", "2s", "-p", "18530")
-	waitListen(t, p.B, 18530, sc)
+	clitest.WaitListen(t, p.B, 18530, sc)
 	err := run(p.A, "pingpong", "-d", p.A.Ifname, "-timeout", "2s", "-p", "18530", p.B.IP.String())
 	check("pingpong against perf", err, "pingpong:")
 	<-sc
@@ -150,7 +151,7 @@ func TestBinaryInNamespaces(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- srv.Wait() }()
-		waitListen(t, p.B, 18540+i, nil)
+		clitest.WaitListen(t, p.B, 18540+i, nil)
 		extra[1] = p.A.Ifname
 		cli := p.A.Command(bin, append(append(append([]string(nil), tc...), extra...), p.B.IP.String())...)
 		out, err := cli.CombinedOutput()
@@ -165,7 +166,7 @@ func TestBinaryInNamespaces(t *testing.T) {
 		if os.Getenv("XROCE_FIGURES") != "" {
 			fmt.Printf("FIGURE %q client:\n%s\nserver:\n%s\n", tc, out, sout.String())
 		}
-		if tc[0] == "pingpong" && !ppItersRE.Match(out) || tc[0] == "perf" && !perfBWLineRE.Match(out) && !perfLatLineRE.Match(out) {
+		if tc[0] == "pingpong" && !clitest.ItersRE.Match(out) || tc[0] == "perf" && !perfBWLineRE.Match(out) && !perfLatLineRE.Match(out) {
 			t.Errorf("%q: no result line in the client's output", tc)
 		}
 	}

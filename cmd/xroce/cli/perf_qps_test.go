@@ -39,13 +39,13 @@ func TestPerfQPs(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 			defer cancel()
-			done := make(chan result, 1)
+			done := make(chan clitest.Result, 1)
 			go func() {
-				var out, errb syncBuffer
+				var out, errb clitest.SyncBuffer
 				err := Run(ctx, args, &out, &errb)
-				done <- result{err, out.String(), errb.String()}
+				done <- clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}
 			}()
-			var r result
+			var r clitest.Result
 			var seen *statsock.Snapshot
 		wait:
 			for {
@@ -67,12 +67,12 @@ func TestPerfQPs(t *testing.T) {
 					}
 				}
 			}
-			if r.err != nil {
-				t.Fatalf("perf qps: %v\n%s%s", r.err, r.stdout, r.stderr)
+			if r.Err != nil {
+				t.Fatalf("perf qps: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 			}
-			t.Logf("\n%s", r.stdout)
+			t.Logf("\n%s", r.Stdout)
 			rows := 0
-			for _, line := range strings.Split(r.stdout, "\n") {
+			for _, line := range strings.Split(r.Stdout, "\n") {
 				f := strings.Fields(line)
 				if len(f) != 9 || f[0] != "1" && f[0] != "64" {
 					continue
@@ -94,7 +94,7 @@ func TestPerfQPs(t *testing.T) {
 				}
 			}
 			if rows != 2 {
-				t.Fatalf("%d rows, want 2:\n%s", rows, r.stdout)
+				t.Fatalf("%d rows, want 2:\n%s", rows, r.Stdout)
 			}
 			if seen == nil {
 				t.Fatal("xroce stat never showed the 64 QPs running with a fairness index")

@@ -77,7 +77,7 @@ func TestPerfRateLimit(t *testing.T) {
 				append([]string{"perf", "-d", p.A.Ifname}, flags...))
 			checkPerf(t, "client", rc, perftest.ResultBW, []int{65536}, 100)
 			checkPerf(t, "server", rs, perftest.ResultBW, []int{65536}, 100)
-			l := perfBWLineRE.FindStringSubmatch(rc.stdout)
+			l := perfBWLineRE.FindStringSubmatch(rc.Stdout)
 			avg, _ := strconv.ParseFloat(l[4], 64)
 			t.Logf("limit %.2f MB/s: client reports %.2f MB/s", tc.limit, avg)
 			// The first burst goes at once: 100 messages take the time of

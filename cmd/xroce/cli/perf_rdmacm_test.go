@@ -98,33 +98,33 @@ func (c *cmRecorder) hook(r *perfRun, stage string) {
 }
 
 // runInBuf is runIn with the run's stdout readable while it runs.
-func runInBuf(ctx context.Context, h *netns.Host, out *syncBuffer, args ...string) <-chan result {
-	c := make(chan result, 1)
+func runInBuf(ctx context.Context, h *netns.Host, out *clitest.SyncBuffer, args ...string) <-chan clitest.Result {
+	c := make(chan clitest.Result, 1)
 	go func() {
-		var errb syncBuffer
+		var errb clitest.SyncBuffer
 		err := h.Do(func() error { return Run(ctx, args, out, &errb) })
-		c <- result{err, out.String(), errb.String()}
+		c <- clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}
 	}()
 	return c
 }
 
 // cmClientServer runs a perf server with -R in B and, once it says it
 // waits (it listens on the port then), a client in A towards B.
-func cmClientServer(t *testing.T, p *netns.Pair, server, client []string) (rs, rc result) {
+func cmClientServer(t *testing.T, p *netns.Pair, server, client []string) (rs, rc clitest.Result) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
 	defer cancel()
-	var sout syncBuffer
+	var sout clitest.SyncBuffer
 	sc := runInBuf(ctx, p.B, &sout, server...)
 	for !strings.Contains(sout.String(), "Waiting for client to connect") {
 		select {
 		case r := <-sc:
-			t.Fatalf("server ended before listening: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
+			t.Fatalf("server ended before listening: %v\nstdout:\n%s\nstderr:\n%s", r.Err, r.Stdout, r.Stderr)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	rc = <-runIn(ctx, p.A, append(client, p.B.IP.String())...)
-	if rc.err != nil {
+	if rc.Err != nil {
 		cancel()
 	}
 	rs = <-sc
@@ -174,9 +174,9 @@ func TestPerfRdmaCM(t *testing.T) {
 				// The others print their own result, or the client's.
 				checkPerf(t, "server", rs, hdr, tc.sizes, tc.iters)
 			}
-			checkCMBanner(t, rc.stdout, rs.stdout, tc.qps, slices.Contains(tc.flags, "-T"))
+			checkCMBanner(t, rc.Stdout, rs.Stdout, tc.qps, slices.Contains(tc.flags, "-T"))
 			rec.check(t, tc.test, tc.qps)
-			t.Logf("client:\n%s\nserver:\n%s", rc.stdout, rs.stdout)
+			t.Logf("client:\n%s\nserver:\n%s", rc.Stdout, rs.Stdout)
 		})
 	}
 }
@@ -284,24 +284,24 @@ func TestPerfRdmaCMErrors(t *testing.T) {
 	// server waits for the client, and the REJ must be what ends it.
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	var sout syncBuffer
+	var sout clitest.SyncBuffer
 	sc := runInBuf(sctx, p.B, &sout, "perf", "write_bw", "-R", "-d", p.B.Ifname, "-p", "18720", "-timeout", "60s", "-stat-dir", "")
 	for !strings.Contains(sout.String(), "Waiting for client to connect") {
 		select {
 		case rs := <-sc:
-			t.Fatalf("server ended before waiting for a client: %v\n%s%s", rs.err, rs.stdout, rs.stderr)
+			t.Fatalf("server ended before waiting for a client: %v\n%s%s", rs.Err, rs.Stdout, rs.Stderr)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	r := <-runIn(ctx, p.A, "perf", "write_bw", "-R", "-d", p.A.Ifname, "-p", "18721", "-timeout", "60s", "-stat-dir", "", p.B.IP.String())
-	if r.err == nil || ExitCode(r.err) != 1 || !strings.Contains(r.err.Error(), "nothing listens on port 18721 (is the server running, with -R?)") {
-		t.Errorf("client of a port nobody listens on: %v", r.err)
+	if r.Err == nil || ExitCode(r.Err) != 1 || !strings.Contains(r.Err.Error(), "nothing listens on port 18721 (is the server running, with -R?)") {
+		t.Errorf("client of a port nobody listens on: %v", r.Err)
 	}
 	scancel()
 	<-sc
 	rs := <-runIn(ctx, p.B, "perf", "write_bw", "-R", "-d", p.B.Ifname, "-p", "18722", "-timeout", "2s", "-stat-dir", "")
-	if rs.err == nil || !strings.Contains(rs.err.Error(), "no client connected to rdma_cm port 18722 within the timeout") {
-		t.Errorf("server nobody connects to: %v", rs.err)
+	if rs.Err == nil || !strings.Contains(rs.Err.Error(), "no client connected to rdma_cm port 18722 within the timeout") {
+		t.Errorf("server nobody connects to: %v", rs.Err)
 	}
 }
 
@@ -339,12 +339,12 @@ func TestPerfRdmaCMUD(t *testing.T) {
 			checkPerf(t, "client", rc, hdr, []int{tc.size}, tc.iters)
 			checkPerf(t, "server", rs, hdr, []int{tc.size}, tc.iters)
 			tos := slices.Contains(tc.flags, "-T")
-			checkCMBanner(t, rc.stdout, rs.stdout, tc.qps, tos)
-			if !strings.Contains(rc.stdout, " Connection type : UD") {
-				t.Errorf("client banner without UD:\n%s", rc.stdout)
+			checkCMBanner(t, rc.Stdout, rs.Stdout, tc.qps, tos)
+			if !strings.Contains(rc.Stdout, " Connection type : UD") {
+				t.Errorf("client banner without UD:\n%s", rc.Stdout)
 			}
 			rec.checkUD(t, tc.qps, tc.test == "send_lat", tos)
-			t.Logf("client:\n%s\nserver:\n%s", rc.stdout, rs.stdout)
+			t.Logf("client:\n%s\nserver:\n%s", rc.Stdout, rs.Stdout)
 		})
 	}
 }
@@ -402,13 +402,13 @@ func TestPerfRdmaCMUDNoListener(t *testing.T) {
 	flags := []string{"send_bw", "-R", "-n", "10", "-p", "18740", "-timeout", "1s", "-stat-dir", ""}
 	rs, rc := cmClientServer(t, p, append([]string{"perf", "-d", p.B.Ifname}, flags...),
 		append([]string{"perf", "-d", p.A.Ifname, "-c", "UD"}, flags...))
-	if rc.err == nil || ExitCode(rc.err) != 1 || !strings.Contains(rc.err.Error(), "nothing listens on UDP port 18740 (is the server running, with -R -c UD?)") {
-		t.Errorf("UD client of an RC server: %v", rc.err)
+	if rc.Err == nil || ExitCode(rc.Err) != 1 || !strings.Contains(rc.Err.Error(), "nothing listens on UDP port 18740 (is the server running, with -R -c UD?)") {
+		t.Errorf("UD client of an RC server: %v", rc.Err)
 	}
-	if rs.err == nil {
+	if rs.Err == nil {
 		t.Errorf("RC server of a UD client: no error")
 	}
-	t.Logf("client: %v\nserver: %v", rc.err, rs.err)
+	t.Logf("client: %v\nserver: %v", rc.Err, rs.Err)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if cl := rec.sides[false]; cl == nil || cl.tx[mad.AttrSIDRREQ] < 2 {

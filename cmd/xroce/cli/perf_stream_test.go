@@ -26,33 +26,33 @@ var (
 
 // checkPerfStream checks the client's table: bw lines of each transport
 // per size, and the latency lines with iters round trips.
-func checkPerfStream(t *testing.T, r result, sizes, transports, iters int) {
+func checkPerfStream(t *testing.T, r clitest.Result, sizes, transports, iters int) {
 	t.Helper()
-	if r.err != nil {
-		t.Fatalf("client: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
+	if r.Err != nil {
+		t.Fatalf("client: %v\nstdout:\n%s\nstderr:\n%s", r.Err, r.Stdout, r.Stderr)
 	}
-	if n := len(psBWLineRE.FindAllString(r.stdout, -1)); n != sizes*transports {
-		t.Errorf("%d throughput lines, want %d:\n%s", n, sizes*transports, r.stdout)
+	if n := len(psBWLineRE.FindAllString(r.Stdout, -1)); n != sizes*transports {
+		t.Errorf("%d throughput lines, want %d:\n%s", n, sizes*transports, r.Stdout)
 	}
 	// Each stream transport gets a ratio to TCP per size and for the
 	// ping-pong, when TCP ran.
 	ratios := 0
-	if regexp.MustCompile(`(?m)^ \S.*\s+tcp\s`).MatchString(r.stdout) {
+	if regexp.MustCompile(`(?m)^ \S.*\s+tcp\s`).MatchString(r.Stdout) {
 		ratios = sizes
 		if iters > 0 {
 			ratios++
 		}
 		ratios *= transports - 1
 	}
-	if n := len(psRatioRE.FindAllString(r.stdout, -1)) + len(regexp.MustCompile(`\n (?:xroce|rsocket)/tcp `).FindAllString(r.stdout, -1)); n < ratios {
-		t.Errorf("%d ratio lines, want %d:\n%s", n, ratios, r.stdout)
+	if n := len(psRatioRE.FindAllString(r.Stdout, -1)) + len(regexp.MustCompile(`\n (?:xroce|rsocket)/tcp `).FindAllString(r.Stdout, -1)); n < ratios {
+		t.Errorf("%d ratio lines, want %d:\n%s", n, ratios, r.Stdout)
 	}
-	lat := psLatLineRE.FindAllStringSubmatch(r.stdout, -1)
+	lat := psLatLineRE.FindAllStringSubmatch(r.Stdout, -1)
 	if iters == 0 {
 		return
 	}
 	if len(lat) != transports {
-		t.Fatalf("%d latency lines, want %d:\n%s", len(lat), transports, r.stdout)
+		t.Fatalf("%d latency lines, want %d:\n%s", len(lat), transports, r.Stdout)
 	}
 	for _, l := range lat {
 		if l[2] != strconv.Itoa(iters) {
@@ -82,11 +82,11 @@ func TestPerfStream(t *testing.T) {
 			srv := append(append([]string(nil), flags...), "-d", p.B.Ifname)
 			cli := append(append([]string(nil), flags...), "-d", p.A.Ifname)
 			rs, rc := clientServer(t, p, port, srv, cli)
-			if rs.err != nil || !strings.Contains(rs.stdout, "tests served") {
-				t.Errorf("server: %v\n%s%s", rs.err, rs.stdout, rs.stderr)
+			if rs.Err != nil || !strings.Contains(rs.Stdout, "tests served") {
+				t.Errorf("server: %v\n%s%s", rs.Err, rs.Stdout, rs.Stderr)
 			}
 			checkPerfStream(t, rc, tc.sizes, tc.transports, tc.latency)
-			t.Logf("client:\n%s", rc.stdout)
+			t.Logf("client:\n%s", rc.Stdout)
 		})
 	}
 }
@@ -99,14 +99,14 @@ func TestPerfStreamDuration(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
 	flags := []string{"perf", "stream", "-p", "18710", "-timeout", "10s", "-D", "3", "-s", "4096", "-lat=false", "-tcp=false", "-rsocket=false"}
 	rs, rc := clientServer(t, p, 18710, append(flags, "-d", p.B.Ifname), append(flags, "-d", p.A.Ifname))
-	if rs.err != nil {
-		t.Errorf("server: %v", rs.err)
+	if rs.Err != nil {
+		t.Errorf("server: %v", rs.Err)
 	}
 	checkPerfStream(t, rc, 1, 1, 0)
-	if m := regexp.MustCompile(`(?m)^perf: stream xroce 4 KiB writes: \d+ iterations in (\d+) s, \d+\.\d\d MB/sec so far$`).FindStringSubmatch(rc.stderr); m == nil {
-		t.Errorf("no progress line on the client's stderr:\n%s", rc.stderr)
+	if m := regexp.MustCompile(`(?m)^perf: stream xroce 4 KiB writes: \d+ iterations in (\d+) s, \d+\.\d\d MB/sec so far$`).FindStringSubmatch(rc.Stderr); m == nil {
+		t.Errorf("no progress line on the client's stderr:\n%s", rc.Stderr)
 	} else if s, _ := strconv.Atoi(m[1]); s < 2 {
-		t.Errorf("progress line at %d s, want the first 2 s into the run:\n%s", s, rc.stderr)
+		t.Errorf("progress line at %d s, want the first 2 s into the run:\n%s", s, rc.Stderr)
 	}
 }
 
@@ -124,7 +124,7 @@ func TestPerfStreamNetnsBinary(t *testing.T) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	checkPerfStream(t, result{err, out.String(), errb.String()}, 1, 3, 100)
+	checkPerfStream(t, clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}, 1, 3, 100)
 	if !strings.Contains(out.String(), "cpu-s/GB (both ends)") {
 		t.Errorf("no both-ends CPU column:\n%s", out.String())
 	}

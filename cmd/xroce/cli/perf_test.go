@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
@@ -30,12 +31,12 @@ var (
 
 // checkPerf checks a perf run's output: banner, addresses, the table
 // header hdr (unless empty) and result lines of the given sizes.
-func checkPerf(t *testing.T, who string, r result, hdr string, sizes []int, iters int) {
+func checkPerf(t *testing.T, who string, r clitest.Result, hdr string, sizes []int, iters int) {
 	t.Helper()
-	if r.err != nil {
-		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.err, r.stdout, r.stderr)
+	if r.Err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.Err, r.Stdout, r.Stderr)
 	}
-	out := r.stdout
+	out := r.Stdout
 	re := perfBWLineRE
 	if hdr == perftest.ResultLat {
 		re = perfLatLineRE
@@ -107,7 +108,7 @@ func TestPerf(t *testing.T) {
 			default: // the server prints the client's result: the last line
 				checkPerf(t, "server", rs, hdr, tc.sizes[len(tc.sizes)-1:], tc.iters)
 			}
-			t.Logf("client:\n%s", rc.stdout)
+			t.Logf("client:\n%s", rc.Stdout)
 		})
 	}
 }
@@ -121,13 +122,13 @@ func TestPerfDuration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sc := runIn(ctx, p.B, append([]string{"perf", "-d", p.B.Ifname, "-stat-dir", ""}, flags...)...)
-	waitListen(t, p.B, 18650, sc)
+	clitest.WaitListen(t, p.B, 18650, sc)
 	cc := runIn(ctx, p.A, append(append([]string{"perf", "-d", p.A.Ifname, "-stat-dir", dir}, flags...), p.B.IP.String())...)
 	// Read the client's counters until a snapshot shows it running: it
 	// runs for the 3 s of -D however slow the machine, and serves them
 	// meanwhile.
 	var snap *statsock.Snapshot
-	var rc result
+	var rc clitest.Result
 poll:
 	for {
 		select {
@@ -149,10 +150,10 @@ poll:
 	checkPerf(t, "server", rs, perftest.ResultBW, []int{4096}, 0)
 	// The first progress line comes 2 s into the run (or later, on a busy
 	// machine): it says at least 2 s.
-	if m := regexp.MustCompile(`(?m)^perf: write_bw: \d+ iterations in (\d+) s, \d+\.\d\d MB/sec so far$`).FindStringSubmatch(rc.stderr); m == nil {
-		t.Errorf("no progress line on the client's stderr:\n%s", rc.stderr)
+	if m := regexp.MustCompile(`(?m)^perf: write_bw: \d+ iterations in (\d+) s, \d+\.\d\d MB/sec so far$`).FindStringSubmatch(rc.Stderr); m == nil {
+		t.Errorf("no progress line on the client's stderr:\n%s", rc.Stderr)
 	} else if s, _ := strconv.Atoi(m[1]); s < 2 {
-		t.Errorf("progress line at %d s, want the first 2 s into the run:\n%s", s, rc.stderr)
+		t.Errorf("progress line at %d s, want the first 2 s into the run:\n%s", s, rc.Stderr)
 	}
 	if snap == nil || snap.Command != "perf write_bw" || snap.Phase != "running" || len(snap.Devices) != 1 ||
 		len(snap.Devices[0].QPs) != 1 || snap.Devices[0].QPs[0].State != "RTS" {
@@ -161,7 +162,7 @@ poll:
 	if ps, _ := statsock.List(dir); len(ps) != 0 {
 		t.Errorf("sockets left after the run: %v", ps)
 	}
-	t.Logf("client:\n%s\nstderr:\n%s", rc.stdout, rc.stderr)
+	t.Logf("client:\n%s\nstderr:\n%s", rc.Stdout, rc.Stderr)
 }
 
 // A latency run of -D seconds prints perftest's duration table.
@@ -175,12 +176,12 @@ func TestPerfLatencyDuration(t *testing.T) {
 		// perftest pads its columns (%-7.2f): a slow run's tps below
 		// 1000 ends the line with a space.
 		line := regexp.MustCompile(`(?m)^ 2\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d *$`)
-		for who, r := range map[string]result{"client": rc, "server": rs} {
-			if r.err != nil || !strings.Contains(r.stdout, perftest.ResultLatD+"\n") || !line.MatchString(r.stdout) {
-				t.Errorf("%s %s: %v\n%s\n%s", test, who, r.err, r.stdout, r.stderr)
+		for who, r := range map[string]clitest.Result{"client": rc, "server": rs} {
+			if r.Err != nil || !strings.Contains(r.Stdout, perftest.ResultLatD+"\n") || !line.MatchString(r.Stdout) {
+				t.Errorf("%s %s: %v\n%s\n%s", test, who, r.Err, r.Stdout, r.Stderr)
 			}
 		}
-		t.Logf("%s client:\n%s", test, rc.stdout)
+		t.Logf("%s client:\n%s", test, rc.Stdout)
 	}
 }
 
@@ -232,14 +233,14 @@ func TestPerfStyle2501(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sc := runIn(ctx, p.B, append([]string{"perf", "-d", p.B.Ifname, "-stat-dir", ""}, flags...)...)
-	waitListen(t, p.B, 18651, sc)
+	clitest.WaitListen(t, p.B, 18651, sc)
 	rc := <-runIn(ctx, p.A, append(append([]string{"perf", "-d", p.A.Ifname, "-stat-dir", "", "--perftest", "25.01"}, flags...), p.B.IP.String())...)
 	rs := <-sc
 	checkPerf(t, "client", rc, perftest.ResultBWMiB, []int{4096}, 50)
 	checkPerf(t, "server", rs, perftest.ResultBWMiB, []int{4096}, 50)
-	for who, r := range map[string]result{"client": rc, "server": rs} {
-		if !strings.Contains(r.stdout, "Lock-free      : OFF\n") {
-			t.Errorf("%s: no 25.01 banner:\n%s", who, r.stdout)
+	for who, r := range map[string]clitest.Result{"client": rc, "server": rs} {
+		if !strings.Contains(r.Stdout, "Lock-free      : OFF\n") {
+			t.Errorf("%s: no 25.01 banner:\n%s", who, r.Stdout)
 		}
 	}
 	var out, errb bytes.Buffer

@@ -3,16 +3,12 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,125 +16,26 @@ import (
 	"github.com/xroce/xroce/internal/netns"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// result is the outcome of one xroce run in a namespace.
-type result struct {
-	err            error
-	stdout, stderr string
-}
-
-// runIn runs xroce with args inside h's namespace, in the background.
-func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan result {
-	c := make(chan result, 1)
-	go func() {
-		var out, errb syncBuffer
-		err := h.Do(func() error { return Run(ctx, args, &out, &errb) })
-		c <- result{err, out.String(), errb.String()}
-	}()
-	return c
-}
-
-// waitListen waits until a TCP socket listens on port in h's namespace
-// or the server (if not nil) ends.
-func waitListen(t *testing.T, h *netns.Host, port int, server <-chan result) {
-	t.Helper()
-	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
-	for time.Now().Before(deadline) {
-		if listensTCP(h, port) {
-			return
-		}
-		if server == nil {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		select {
-		case r := <-server:
-			t.Fatalf("server ended before listening: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatalf("nothing listens on port %d", port)
-}
-
-// listensTCP reports whether a TCP socket listens on port in h's
-// namespace.
-func listensTCP(h *netns.Host, port int) bool {
-	want := fmt.Sprintf(":%04X", port)
-	var found bool
-	h.Do(func() error {
-		for _, name := range []string{"tcp", "tcp6"} {
-			f, err := os.Open("/proc/thread-self/net/" + name)
-			if err != nil {
-				return err
-			}
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				fields := strings.Fields(sc.Text())
-				if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
-					found = true
-				}
-			}
-			f.Close()
-		}
-		return nil
-	})
-	return found
-}
-
-// pair runs a server in B and a client in A towards B and returns both
-// results.
-func clientServer(t *testing.T, p *netns.Pair, port int, server, client []string) (rs, rc result) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
-	defer cancel()
-	sc := runIn(ctx, p.B, server...)
-	waitListen(t, p.B, port, sc)
-	rc = <-runIn(ctx, p.A, append(client, p.B.IP.String())...)
-	if rc.err != nil {
-		cancel()
-	}
-	rs = <-sc
-	return rs, rc
-}
-
 var (
 	ppLocalRE  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:198\.18\.0\.[12]$`)
 	ppRemoteRE = regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.0\.[12]$`)
 	ppBytesRE  = regexp.MustCompile(`(?m)^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$`)
-	ppItersRE  = regexp.MustCompile(`(?m)^(\d+) iters in \d+\.\d\d seconds = (\d+\.\d\d) usec/iter$`)
 )
 
-func checkPingpong(t *testing.T, who string, r result, size, iters int) {
+func checkPingpong(t *testing.T, who string, r clitest.Result, size, iters int) {
 	t.Helper()
-	if r.err != nil {
-		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.err, r.stdout, r.stderr)
+	if r.Err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.Err, r.Stdout, r.Stderr)
 	}
-	for _, re := range []*regexp.Regexp{ppLocalRE, ppRemoteRE, ppBytesRE, ppItersRE} {
-		if !re.MatchString(r.stdout) {
-			t.Errorf("%s: no line matching %q in:\n%s", who, re, r.stdout)
+	for _, re := range []*regexp.Regexp{ppLocalRE, ppRemoteRE, ppBytesRE, clitest.ItersRE} {
+		if !re.MatchString(r.Stdout) {
+			t.Errorf("%s: no line matching %q in:\n%s", who, re, r.Stdout)
 		}
 	}
-	if m := ppBytesRE.FindStringSubmatch(r.stdout); m != nil && m[1] != fmt.Sprint(2*size*iters) {
+	if m := ppBytesRE.FindStringSubmatch(r.Stdout); m != nil && m[1] != fmt.Sprint(2*size*iters) {
 		t.Errorf("%s: %s bytes, want %d", who, m[1], 2*size*iters)
 	}
-	if m := ppItersRE.FindStringSubmatch(r.stdout); m != nil && m[1] != fmt.Sprint(iters) {
+	if m := clitest.ItersRE.FindStringSubmatch(r.Stdout); m != nil && m[1] != fmt.Sprint(iters) {
 		t.Errorf("%s: %s iters, want %d", who, m[1], iters)
 	}
 }
@@ -173,7 +70,7 @@ func TestPingpong(t *testing.T) {
 			rs, rc := clientServer(t, p, port, srv, cli)
 			checkPingpong(t, "server", rs, tc.size, tc.iters)
 			checkPingpong(t, "client", rc, tc.size, tc.iters)
-			t.Logf("client:\n%s", rc.stdout)
+			t.Logf("client:\n%s", rc.Stdout)
 		})
 	}
 }
@@ -215,13 +112,13 @@ func TestPingpongWire(t *testing.T) {
 	if !want.MatchString(wire) {
 		t.Errorf("the client sent %q", wire)
 	}
-	if r.err == nil || !strings.Contains(r.err.Error(), "no completion") {
-		t.Errorf("client against a fake server: %v, want no completion", r.err)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "no completion") {
+		t.Errorf("client against a fake server: %v, want no completion", r.Err)
 	}
 
 	// rc_pingpong without -g sends a zero GID: our server says what to do.
 	sc := runIn(ctx, p.B, "pingpong", "-d", p.B.Ifname, "-p", "18561", "-timeout", "2s")
-	waitListen(t, p.B, 18561, sc)
+	clitest.WaitListen(t, p.B, 18561, sc)
 	if err := p.A.Do(func() error {
 		c, err := net.Dial("tcp", p.B.IP.String()+":18561")
 		if err != nil {
@@ -235,7 +132,7 @@ func TestPingpongWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := <-sc
-	if rs.err == nil || !strings.Contains(rs.err.Error(), "sent no GID: give it one with -g") {
-		t.Errorf("server with a zero-GID client: %v", rs.err)
+	if rs.Err == nil || !strings.Contains(rs.Err.Error(), "sent no GID: give it one with -g") {
+		t.Errorf("server with a zero-GID client: %v", rs.Err)
 	}
 }

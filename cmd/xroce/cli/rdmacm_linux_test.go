@@ -40,7 +40,7 @@ const serverLinger = 30 * time.Second
 // cmServerClient runs server (its arguments) in B, waits until it
 // listens, runs client in A and returns both results. The server is
 // cancelled once the client is done if it has not ended within linger.
-func cmServerClient(t *testing.T, p *netns.Pair, server, client []string, linger time.Duration) (rs, rc result) {
+func cmServerClient(t *testing.T, p *netns.Pair, server, client []string, linger time.Duration) (rs, rc clitest.Result) {
 	t.Helper()
 	listened := listenHook(t)
 	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
@@ -51,7 +51,7 @@ func cmServerClient(t *testing.T, p *netns.Pair, server, client []string, linger
 	select {
 	case <-listened:
 	case r := <-sc:
-		t.Fatalf("%q ended before listening: %v\nstdout:\n%s\nstderr:\n%s", server, r.err, r.stdout, r.stderr)
+		t.Fatalf("%q ended before listening: %v\nstdout:\n%s\nstderr:\n%s", server, r.Err, r.Stdout, r.Stderr)
 	case <-ctx.Done():
 		t.Fatalf("%q never listened", server)
 	}
@@ -66,10 +66,10 @@ func cmServerClient(t *testing.T, p *netns.Pair, server, client []string, linger
 }
 
 // wantRun checks a run's exit status and its exact stdout and stderr.
-func wantRun(t *testing.T, who string, r result, code int, stdout, stderr string) {
+func wantRun(t *testing.T, who string, r clitest.Result, code int, stdout, stderr string) {
 	t.Helper()
-	if got := ExitCode(r.err); got != code || r.stdout != stdout || r.stderr != stderr {
-		t.Errorf("%s: exit %d (%v), want %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s\nwant:\n%s", who, got, r.err, code, r.stdout, stdout, r.stderr, stderr)
+	if got := ExitCode(r.Err); got != code || r.Stdout != stdout || r.Stderr != stderr {
+		t.Errorf("%s: exit %d (%v), want %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s\nwant:\n%s", who, got, r.Err, code, r.Stdout, stdout, r.Stderr, stderr)
 	}
 }
 
@@ -288,7 +288,7 @@ func TestRdmaServerClient(t *testing.T) {
 
 // startServer runs args in h until the test ends (or stop is called) and
 // waits until it listens.
-func startServer(t *testing.T, h *netns.Host, listened <-chan struct{}, args ...string) (res <-chan result, stop func()) {
+func startServer(t *testing.T, h *netns.Host, listened <-chan struct{}, args ...string) (res <-chan clitest.Result, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -296,7 +296,7 @@ func startServer(t *testing.T, h *netns.Host, listened <-chan struct{}, args ...
 	select {
 	case <-listened:
 	case r := <-sc:
-		t.Fatalf("%q ended before listening: %v\nstdout:\n%s\nstderr:\n%s", args, r.err, r.stdout, r.stderr)
+		t.Fatalf("%q ended before listening: %v\nstdout:\n%s\nstderr:\n%s", args, r.Err, r.Stdout, r.Stderr)
 	case <-time.After(clitest.Slowdown * 30 * time.Second):
 		t.Fatalf("%q never listened", args)
 	}
@@ -360,25 +360,25 @@ func TestRpingUcmatoseRdmaClientUnanswered(t *testing.T) {
 }
 
 // runLive is runIn with the output readable while the tool runs.
-func runLive(ctx context.Context, h *netns.Host, args ...string) (stdout *syncBuffer, res <-chan result) {
-	var out syncBuffer
-	c := make(chan result, 1)
+func runLive(ctx context.Context, h *netns.Host, args ...string) (stdout *clitest.SyncBuffer, res <-chan clitest.Result) {
+	var out clitest.SyncBuffer
+	c := make(chan clitest.Result, 1)
 	go func() {
-		var errb syncBuffer
+		var errb clitest.SyncBuffer
 		err := h.Do(func() error { return Run(ctx, args, &out, &errb) })
-		c <- result{err, out.String(), errb.String()}
+		c <- clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}
 	}()
 	return &out, c
 }
 
 // waitLines waits until out has n lines.
-func waitLines(t *testing.T, out *syncBuffer, n int, res <-chan result) {
+func waitLines(t *testing.T, out *clitest.SyncBuffer, n int, res <-chan clitest.Result) {
 	t.Helper()
 	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
 	for strings.Count(out.String(), "\n") < n {
 		select {
 		case r := <-res:
-			t.Fatalf("ended after %d lines: %v\nstdout:\n%s\nstderr:\n%s", strings.Count(r.stdout, "\n"), r.err, r.stdout, r.stderr)
+			t.Fatalf("ended after %d lines: %v\nstdout:\n%s\nstderr:\n%s", strings.Count(r.Stdout, "\n"), r.Err, r.Stdout, r.Stderr)
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -414,15 +414,15 @@ func TestRpingInterrupted(t *testing.T) {
 		waitLines(t, out, 200, cc)
 		cancel()
 		rc := <-cc
-		if ExitCode(rc.err) != exitInterrupted || rc.stderr != "" {
-			t.Errorf("client: exit %d, stderr %q", ExitCode(rc.err), rc.stderr)
+		if ExitCode(rc.Err) != exitInterrupted || rc.Stderr != "" {
+			t.Errorf("client: exit %d, stderr %q", ExitCode(rc.Err), rc.Stderr)
 		}
-		k := checkPings(t, "client", "ping data: ", rc.stdout, 200)
+		k := checkPings(t, "client", "ping data: ", rc.Stdout, 200)
 		rs := <-sc
-		if n := checkPings(t, "server", "server ping data: ", rs.stdout, k); n > k+1 || ExitCode(rs.err) != 0 ||
-			!strings.HasPrefix(rs.stderr, "server DISCONNECT EVENT...\nwait for RDMA_") || !strings.HasSuffix(rs.stderr, " state 10\n") ||
-			strings.Count(rs.stderr, "\n") != 2 {
-			t.Errorf("server: exit %d, %d pings (client %d), stderr %q", ExitCode(rs.err), n, k, rs.stderr)
+		if n := checkPings(t, "server", "server ping data: ", rs.Stdout, k); n > k+1 || ExitCode(rs.Err) != 0 ||
+			!strings.HasPrefix(rs.Stderr, "server DISCONNECT EVENT...\nwait for RDMA_") || !strings.HasSuffix(rs.Stderr, " state 10\n") ||
+			strings.Count(rs.Stderr, "\n") != 2 {
+			t.Errorf("server: exit %d, %d pings (client %d), stderr %q", ExitCode(rs.Err), n, k, rs.Stderr)
 		}
 	})
 
@@ -439,15 +439,15 @@ func TestRpingInterrupted(t *testing.T) {
 		waitLines(t, sout, 100, sc)
 		cancel()
 		rs := <-sc
-		if ExitCode(rs.err) != exitInterrupted || rs.stderr != "" {
-			t.Errorf("server: exit %d, stderr %q", ExitCode(rs.err), rs.stderr)
+		if ExitCode(rs.Err) != exitInterrupted || rs.Stderr != "" {
+			t.Errorf("server: exit %d, stderr %q", ExitCode(rs.Err), rs.Stderr)
 		}
-		k := checkPings(t, "server", "server ping data: ", rs.stdout, 100)
+		k := checkPings(t, "server", "server ping data: ", rs.Stdout, 100)
 		rc := <-cc
-		if n := checkPings(t, "client", "ping data: ", rc.stdout, k-1); n > k || ExitCode(rc.err) != 0 ||
-			!strings.HasPrefix(rc.stderr, "client DISCONNECT EVENT...\nwait for RDMA_WRITE_") || !strings.HasSuffix(rc.stderr, " state 10\n") ||
-			strings.Count(rc.stderr, "\n") != 2 {
-			t.Errorf("client: exit %d, %d pings (server %d), stderr %q", ExitCode(rc.err), n, k, rc.stderr)
+		if n := checkPings(t, "client", "ping data: ", rc.Stdout, k-1); n > k || ExitCode(rc.Err) != 0 ||
+			!strings.HasPrefix(rc.Stderr, "client DISCONNECT EVENT...\nwait for RDMA_WRITE_") || !strings.HasSuffix(rc.Stderr, " state 10\n") ||
+			strings.Count(rc.Stderr, "\n") != 2 {
+			t.Errorf("client: exit %d, %d pings (server %d), stderr %q", ExitCode(rc.Err), n, k, rc.Stderr)
 		}
 	})
 }
@@ -542,7 +542,7 @@ func TestRpingUcmatoseRdmaClientPeerGone(t *testing.T) {
 				if vanish {
 					// The server may die before it acknowledges the
 					// client's SEND: then the send is what times out.
-					r.stderr = strings.Replace(r.stderr, "rdma_get_send_comp", "rdma_get_recv_comp", 1)
+					r.Stderr = strings.Replace(r.Stderr, "rdma_get_send_comp", "rdma_get_recv_comp", 1)
 				}
 				wantRun(t, strings.Join(args, " "), r, tc.code, tc.stdout, stderr)
 				checkGaveUp(t, "the client", start)
@@ -605,7 +605,7 @@ func TestRpingBinarySIGINT(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/xroce/xroce/cmd/xroce").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	var sout, serr, cout, cerr syncBuffer
+	var sout, serr, cout, cerr clitest.SyncBuffer
 	srv := p.B.Command(bin, "rping", "-d", "-s")
 	srv.Stdout, srv.Stderr = &sout, &serr
 	if err := srv.Start(); err != nil {
@@ -690,8 +690,8 @@ func TestRpingUcmatoseRdmaServerClientConnParams(t *testing.T) {
 				t.Errorf("%q: REQ %+v from %v to %v, want %+v", tc.args, got, req.Remote, req.Local, tc.want)
 			}
 			req.Reject(nil)
-			if r := <-cc; r.err == nil {
-				t.Errorf("%q: rejected, yet %v", tc.args, r.err)
+			if r := <-cc; r.Err == nil {
+				t.Errorf("%q: rejected, yet %v", tc.args, r.Err)
 			}
 			l.Close()
 		}

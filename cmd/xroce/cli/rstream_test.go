@@ -94,7 +94,7 @@ func TestRstream(t *testing.T) {
 				stop := make(chan struct{})
 				defer close(stop)
 				go func() {
-					for !listensTCP(p.B, 7471) {
+					for !clitest.ListensTCP(p.B, 7471) {
 						select {
 						case <-stop:
 							return
@@ -105,14 +105,14 @@ func TestRstream(t *testing.T) {
 				}()
 			}
 			rs, rc := cmServerClient(t, p, server, client, serverLinger)
-			for who, r := range map[string]result{"server": rs, "client": rc} {
-				if ExitCode(r.err) != 0 || !strings.HasPrefix(r.stdout, header) || r.stderr != "" {
-					t.Errorf("%s: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", who, ExitCode(r.err), r.err, r.stdout, r.stderr)
+			for who, r := range map[string]clitest.Result{"server": rs, "client": rc} {
+				if ExitCode(r.Err) != 0 || !strings.HasPrefix(r.Stdout, header) || r.Stderr != "" {
+					t.Errorf("%s: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", who, ExitCode(r.Err), r.Err, r.Stdout, r.Stderr)
 					continue
 				}
 				for _, l := range tc.lines {
-					if !rstreamLine(l).MatchString(r.stdout) {
-						t.Errorf("%s: no %q line:\n%s", who, l, r.stdout)
+					if !rstreamLine(l).MatchString(r.Stdout) {
+						t.Errorf("%s: no %q line:\n%s", who, l, r.Stdout)
 					}
 				}
 			}
@@ -143,8 +143,8 @@ func TestRcopy(t *testing.T) {
 	<-listened
 	for _, f := range []struct{ src, dst string }{{src, filepath.Join(dir, "dst")}, {empty, filepath.Join(dir, "dst-empty")}} {
 		rc := <-runIn(ctx, p.A, "rcopy", f.src, p.B.IP.String()+":"+f.dst)
-		if ExitCode(rc.err) != 0 || !regexp.MustCompile(`^opening\.\.\.transferring\.\.\.closing\.\.\.done\n\d+ bytes in [0-9.]+ seconds = [0-9.]+ Gb/sec\n$`).MatchString(rc.stdout) {
-			t.Fatalf("client: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", ExitCode(rc.err), rc.err, rc.stdout, rc.stderr)
+		if ExitCode(rc.Err) != 0 || !regexp.MustCompile(`^opening\.\.\.transferring\.\.\.closing\.\.\.done\n\d+ bytes in [0-9.]+ seconds = [0-9.]+ Gb/sec\n$`).MatchString(rc.Stdout) {
+			t.Fatalf("client: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", ExitCode(rc.Err), rc.Err, rc.Stdout, rc.Stderr)
 		}
 		want, _ := os.ReadFile(f.src)
 		got, err := os.ReadFile(f.dst)
@@ -157,12 +157,12 @@ func TestRcopy(t *testing.T) {
 		}
 	}
 	rs := <-sc
-	if ExitCode(rs.err) != 0 || strings.Count(rs.stdout, "closing...done\n") != 2 {
-		t.Fatalf("server: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", ExitCode(rs.err), rs.err, rs.stdout, rs.stderr)
+	if ExitCode(rs.Err) != 0 || strings.Count(rs.Stdout, "closing...done\n") != 2 {
+		t.Fatalf("server: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", ExitCode(rs.Err), rs.Err, rs.Stdout, rs.Stderr)
 	}
 	// A source that does not exist: the client says so and fails.
 	rc := <-runIn(ctx, p.A, "rcopy", filepath.Join(dir, "nope"), p.B.IP.String())
-	if ExitCode(rc.err) == 0 {
-		t.Fatalf("missing source: exit 0\n%s", rc.stdout)
+	if ExitCode(rc.Err) == 0 {
+		t.Fatalf("missing source: exit 0\n%s", rc.Stdout)
 	}
 }

@@ -1,8 +1,9 @@
 // Package clitest holds what the tests of xroce's tool packages share: running
-// a command as the xroce binary would, without a process; the race
-// detector's stretch of their deadlines; RoCE frames and pcap files made for
-// a test, the real captures in bth/testdata, and dump's summary line read
-// back (frames.go, summary.go).
+// a command as the xroce binary would, without a process, also inside a
+// network namespace or as a server and its client in two (netns_linux.go);
+// the race detector's stretch of their deadlines; RoCE frames and pcap files
+// made for a test, the real captures in bth/testdata, and dump's summary line
+// read back (frames.go, summary.go).
 package clitest
 
 import (
