@@ -19,6 +19,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/cmd/xroce/internal/seqdiag"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/perftest"
@@ -369,7 +370,7 @@ func conformDial(ctx context.Context, o *conformOptions, qpnBase uint32) (*confo
 	for {
 		dctx, cancel := context.WithTimeout(ctx, o.timeout)
 		var err error
-		tcp, err = ppDial(dctx, o.host, o.port, "conform")
+		tcp, err = device.Dial(dctx, o.host, o.port, "conform")
 		cancel()
 		if err == nil {
 			break

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/rogue"
@@ -79,7 +80,7 @@ type serveSession struct {
 // the server makes its QPs and answers them from then on.
 func serveAccept(ctx context.Context, o *conformOptions, pl *puppetLink, qpnBase uint32) (*serveSession, error) {
 	actx, cancel := context.WithTimeout(ctx, o.wait)
-	tcp, err := ppDial(actx, "", o.port, "conform")
+	tcp, err := device.Dial(actx, "", o.port, "conform")
 	cancel()
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xroce/xroce/bpf"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/internal/statsock"
 	"github.com/xroce/xroce/roce"
@@ -245,7 +246,7 @@ func (o *perfOptions) check() error {
 		return base.Usagef("perf: -r %d: want 1..8192", o.rxDepth)
 	case o.cqMod < 1 || o.cqMod > 1024:
 		return base.Usagef("perf: -Q %d: want 1..1024", o.cqMod)
-	case o.mtu != 0 && mtuFromBytes(o.mtu) == 0:
+	case o.mtu != 0 && device.MTUFromBytes(o.mtu) == 0:
 		return base.Usagef("perf: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	case o.gid < -1 || o.gid > 255:
 		return base.Usagef("perf: -x %d: want a GID index 0..255", o.gid)
@@ -325,7 +326,7 @@ func perf(ctx context.Context, e *base.Env, o *perfOptions) error {
 	// Bandwidth tests wait in CQ.Wait (see waitCQ); latency tests
 	// busy-poll and receive themselves (pollCQ, waitWrite).
 	var cfg roce.Config
-	nd, err := openNICDevice(e.Stderr, o.dev, o.host, "perf", cfg)
+	nd, err := device.OpenNICDevice(e.Stderr, o.dev, o.host, "perf", cfg)
 	if err != nil {
 		return err
 	}
@@ -353,7 +354,7 @@ func perf(ctx context.Context, e *base.Env, o *perfOptions) error {
 	if r.server {
 		fmt.Fprint(e.Stdout, perfWaiting)
 	}
-	tcp, err := ppDial(setup, o.host, o.port, "perf")
+	tcp, err := device.Dial(setup, o.host, o.port, "perf")
 	if err != nil {
 		return err
 	}

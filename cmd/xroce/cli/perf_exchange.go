@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/roce"
 )
@@ -47,7 +48,7 @@ func (r *perfRun) start() error {
 	active := r.dev.Info().ActiveMTU
 	want := active
 	if r.o.mtu != 0 {
-		want = mtuFromBytes(r.o.mtu)
+		want = device.MTUFromBytes(r.o.mtu)
 		if want > active {
 			return fmt.Errorf("-m %d is above the RoCE MTU of %s (%d bytes): use -m %d or raise the interface MTU", r.o.mtu, r.dev.Info().Name, active.Bytes(), active.Bytes())
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/cmd/xroce/internal/statcount"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/statsock"
@@ -216,10 +217,10 @@ func perfQPs(ctx context.Context, e *base.Env, o *pqOptions) (err error) {
 func (r *pqRun) setup() error {
 	p := r.pair
 	var cfg roce.Config
-	if err := p.A.Do(func() (err error) { r.da, err = openNIC(r.e.Stderr, "perf qps", p.A.Ifname, cfg); return err }); err != nil {
+	if err := p.A.Do(func() (err error) { r.da, err = device.OpenNIC(r.e.Stderr, "perf qps", p.A.Ifname, cfg); return err }); err != nil {
 		return err
 	}
-	if err := p.B.Do(func() (err error) { r.db, err = openNIC(r.e.Stderr, "perf qps", p.B.Ifname, cfg); return err }); err != nil {
+	if err := p.B.Do(func() (err error) { r.db, err = device.OpenNIC(r.e.Stderr, "perf qps", p.B.Ifname, cfg); return err }); err != nil {
 		return err
 	}
 	var err error

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
@@ -629,7 +630,7 @@ func (r *perfRun) cmLinger() time.Duration {
 	for i, p := range r.qps {
 		qps[i] = p.qp
 	}
-	return answerLinger(perfCMLinger, r.o.timeout, qps...)
+	return device.AnswerLinger(perfCMLinger, r.o.timeout, qps...)
 }
 
 // cmErr adds to err that the peer disconnected the data connections, when

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/roce"
 )
@@ -67,7 +68,7 @@ func (r *perfRun) resources() error {
 	// perftest moves the address of each request on by its size within
 	// the cycle buffer (a page), so offer at least that much.
 	half = (max(half, r.cycle) + 63) &^ 63
-	gid, err := localEndpoint(r.dev, nil, o.gid)
+	gid, err := device.LocalEndpoint(r.dev, nil, o.gid)
 	if err != nil {
 		return err
 	}

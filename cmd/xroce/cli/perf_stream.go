@@ -19,6 +19,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/roce"
 	"github.com/xroce/xroce/stream"
@@ -227,7 +228,7 @@ func here(fn func() error) error { return fn() }
 // perfStreamServer serves one client: the tests it asks for, then it ends.
 func perfStreamServer(ctx context.Context, e *base.Env, o *psOptions, do inNS) error {
 	var dev *roce.Device
-	if err := do(func() (err error) { dev, err = openDevice(e.Stderr, o.dev, "", "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { dev, err = device.OpenDevice(e.Stderr, o.dev, "", "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer dev.Close()
@@ -235,7 +236,7 @@ func perfStreamServer(ctx context.Context, e *base.Env, o *psOptions, do inNS) e
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	var tc net.Conn
-	if err := do(func() (err error) { tc, err = ppDial(setup, "", o.port, "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { tc, err = device.Dial(setup, "", o.port, "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer tc.Close()
@@ -466,7 +467,7 @@ func cpuPerGB(cpu time.Duration, bytes int64) float64 { return cpu.Seconds() / (
 
 func perfStreamClient(ctx context.Context, e *base.Env, o *psOptions, do inNS) error {
 	var dev *roce.Device
-	if err := do(func() (err error) { dev, err = openDevice(e.Stderr, o.dev, o.host, "perf stream"); return err }); err != nil {
+	if err := do(func() (err error) { dev, err = device.OpenDevice(e.Stderr, o.dev, o.host, "perf stream"); return err }); err != nil {
 		return err
 	}
 	defer dev.Close()
@@ -475,7 +476,7 @@ func perfStreamClient(ctx context.Context, e *base.Env, o *psOptions, do inNS) e
 	var tc net.Conn
 	err := do(func() (err error) {
 		for {
-			tc, err = ppDial(setup, o.host, o.port, "perf stream")
+			tc, err = device.Dial(setup, o.host, o.port, "perf stream")
 			// -netns: the server may not listen yet.
 			if err == nil || !o.self || setup.Err() != nil {
 				return err

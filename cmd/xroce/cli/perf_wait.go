@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -23,7 +24,7 @@ func (r *perfRun) poll(ctx context.Context, cq *roce.CQ) (int, error) {
 		return n, nil
 	}
 	if r.o.test.lat {
-		return pollCQ(ctx, cq, r.wcs[:], time.Now().Add(r.o.timeout), r.o.timeout)
+		return device.PollCQ(ctx, cq, r.wcs[:], time.Now().Add(r.o.timeout), r.o.timeout)
 	}
 	for {
 		// Many QPs served in turn may all be far from their next
@@ -108,7 +109,7 @@ func (r *perfRun) waitWrite(ctx context.Context, p *perfQP, off int, want byte, 
 			}
 		}
 		r.dev.Progress()
-		if i%spinYield == 0 {
+		if i%device.SpinYield == 0 {
 			runtime.Gosched()
 		}
 		if i%1024 == 0 {
@@ -173,7 +174,7 @@ func (r *perfRun) pollUntil(ctx context.Context, cq *roce.CQ, end time.Time) (in
 		if n > 0 || err != nil {
 			return n, err
 		}
-		if i%spinYield == spinYield-1 {
+		if i%device.SpinYield == device.SpinYield-1 {
 			runtime.Gosched()
 		}
 		if i%1024 == 1023 {

@@ -7,16 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
-	"net/netip"
-	"runtime"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
-	"github.com/xroce/xroce/nic"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -178,20 +172,10 @@ func (o *pingpongOptions) check1(pos []string) error {
 	case o.timeout <= 0:
 		return base.Usagef("pingpong: -timeout %v: want a positive duration", o.timeout)
 	}
-	if mtuFromBytes(o.mtu) == 0 {
+	if device.MTUFromBytes(o.mtu) == 0 {
 		return base.Usagef("pingpong: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
 	return nil
-}
-
-// mtuFromBytes returns the IB MTU of n bytes, 0 if n is not one.
-func mtuFromBytes(n int) roce.MTU {
-	for m := roce.MTU256; m <= roce.MTU4096; m++ {
-		if m.Bytes() == n {
-			return m
-		}
-	}
-	return 0
 }
 
 // ppSide is what one end of a pingpong holds.
@@ -212,7 +196,7 @@ func pingpong(ctx context.Context, e *base.Env, o *pingpongOptions) error {
 	if o.srq {
 		return pingpongSRQ(ctx, e, o)
 	}
-	dev, err := openDevice(e.Stderr, o.dev, o.host, "pingpong")
+	dev, err := device.OpenDevice(e.Stderr, o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
 	}
@@ -224,12 +208,12 @@ func pingpong(ctx context.Context, e *base.Env, o *pingpongOptions) error {
 	if o.ud && o.size > dev.Info().ActiveMTU.Bytes() {
 		return fmt.Errorf("pingpong: requested size larger than port MTU (%d): use -s %d or less", dev.Info().ActiveMTU.Bytes(), dev.Info().ActiveMTU.Bytes())
 	}
-	if !o.ud && mtuFromBytes(o.mtu) > dev.Info().ActiveMTU {
+	if !o.ud && device.MTUFromBytes(o.mtu) > dev.Info().ActiveMTU {
 		return fmt.Errorf("pingpong: -m %d is above the RoCE MTU of %s (%d bytes, from its MTU %d): use -m %d or raise the interface MTU",
 			o.mtu, dev.Info().Name, dev.Info().ActiveMTU.Bytes(), dev.Info().MTU, dev.Info().ActiveMTU.Bytes())
 	}
 	opts := ppConnectOptions()
-	local, err := localEndpoint(dev, s.qp, o.gid)
+	local, err := device.LocalEndpoint(dev, s.qp, o.gid)
 	if err != nil {
 		return fmt.Errorf("pingpong: %w", err)
 	}
@@ -275,7 +259,7 @@ const ppLingerFloor = 100 * time.Millisecond
 // exchange ends with the TCP connection, so nothing tells this side when
 // the peer is done; it waits the whole time, or until ctx ends.
 func lingerAnswering(ctx context.Context, qps ...*roce.QP) {
-	t := time.NewTimer(answerLinger(ppLingerFloor, time.Second, qps...))
+	t := time.NewTimer(device.AnswerLinger(ppLingerFloor, time.Second, qps...))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -283,109 +267,10 @@ func lingerAnswering(ctx context.Context, qps ...*roce.QP) {
 	}
 }
 
-// answerLinger is how long a side whose run has ended keeps qps answering
-// the peer: three of their local ACK timeouts (4.096 µs << Timeout; the
-// peer's come from the same attributes and it resends what it saw no ACK
-// for once per timeout), at least floor and at most ceiling.
-func answerLinger(floor, ceiling time.Duration, qps ...*roce.QP) time.Duration {
-	d := floor
-	for _, q := range qps {
-		if a, err := q.Query(); err == nil && a.Timeout != 0 {
-			d = max(d, 3*(4096*time.Nanosecond<<a.Timeout))
-		}
-	}
-	return min(d, ceiling)
-}
-
 // ppConnectOptions are rc_pingpong's attributes: max_rd_atomic and
 // max_dest_rd_atomic 1, and hop limit 1 in the address vector.
 func ppConnectOptions() roce.ConnectOptions {
 	return roce.ConnectOptions{MaxRdAtomic: 1, MaxDestRdAtomic: 1, HopLimit: 1}
-}
-
-// localEndpoint describes q (if not nil) for its peer: QPN, a random PSN, the GID of
-// index gid (< 0: the first IPv4-mapped one, else the link-local one) and
-// the device's MTU.
-func localEndpoint(dev *roce.Device, q *roce.QP, gid int) (roce.Endpoint, error) {
-	e := roce.Endpoint{PSN: rand.Uint32() & 0xffffff, MTU: dev.Info().ActiveMTU}
-	if q != nil {
-		e.QPN = q.QPN()
-	}
-	if gid >= 0 {
-		g, err := dev.GID(gid)
-		if err != nil {
-			return e, fmt.Errorf("-g %d: %w (the device has %d GIDs: %v)", gid, err, len(dev.GIDs()), dev.GIDs())
-		}
-		e.GID = g
-		return e, nil
-	}
-	gids := dev.GIDs()
-	for _, g := range gids {
-		if g.Is4In6() {
-			e.GID = g
-			return e, nil
-		}
-	}
-	if len(gids) == 0 {
-		return e, fmt.Errorf("%s has no GID", dev.Info().Name)
-	}
-	e.GID = gids[0]
-	return e, nil
-}
-
-// openDevice opens the RoCE device on ifname or, when it is empty, on the
-// interface of the route to host (client) or the only interface with an
-// address (server); see openNIC.
-func openDevice(w io.Writer, ifname, host, cmd string) (*roce.Device, error) {
-	return openDeviceConfig(w, ifname, host, cmd, roce.Config{})
-}
-
-// openDeviceConfig is openDevice with a device configuration.
-func openDeviceConfig(w io.Writer, ifname, host, cmd string, cfg roce.Config) (*roce.Device, error) {
-	d, err := openNICDevice(w, ifname, host, cmd, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return d.Device, nil
-}
-
-// openNICDevice is openDeviceConfig returning the nic.Device, whose XDP
-// program the caller may use (perf --mark-ce).
-func openNICDevice(w io.Writer, ifname, host, cmd string, cfg roce.Config) (*nic.Device, error) {
-	if ifname == "" {
-		var err error
-		if ifname, err = defaultInterface(host); err != nil {
-			return nil, base.Usagef("%s: %v; name one with -d INTERFACE", cmd, err)
-		}
-	}
-	d, err := openNICNamed(w, cmd, ifname, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: cannot open a RoCE device on %s: %w", cmd, ifname, err)
-	}
-	return d, nil
-}
-
-// openNIC opens a RoCE device on the interface ifname (nic.Open) and, when
-// AF_XDP could not be used there and the device runs on AF_PACKET, says so
-// and why on w, as cmd.
-func openNIC(w io.Writer, cmd, ifname string, cfg roce.Config) (*roce.Device, error) {
-	d, err := openNICNamed(w, cmd, ifname, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return d.Device, nil
-}
-
-// openNICNamed is openNIC returning the nic.Device.
-func openNICNamed(w io.Writer, cmd, ifname string, cfg roce.Config) (*nic.Device, error) {
-	d, err := nic.Open(ifname, nic.Config{Device: cfg})
-	if err != nil {
-		return nil, err
-	}
-	if err := d.Fallback(); err != nil {
-		fmt.Fprintf(w, "%s: %s: AF_XDP not available (%v); using AF_PACKET\n", cmd, ifname, err)
-	}
-	return d, nil
 }
 
 func (s *ppSide) setup() error {
@@ -439,7 +324,7 @@ func (s *ppSide) exchange(ctx context.Context, local roce.Endpoint, opts roce.Co
 	o := s.o
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	conn, err := ppDial(ctx, o.host, o.port, "pingpong")
+	conn, err := device.Dial(ctx, o.host, o.port, "pingpong")
 	if err != nil {
 		return roce.Endpoint{}, err
 	}
@@ -455,14 +340,14 @@ func (s *ppSide) exchange(ctx context.Context, local roce.Endpoint, opts roce.Co
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errors.New("the peer closed the connection")
 		}
-		return roce.Endpoint{}, fmt.Errorf("pingpong: %s %s: %w (is the peer an ibv_rc_pingpong of the same kind, RC or --ud?)", what, peer, unwrapOp(err))
+		return roce.Endpoint{}, fmt.Errorf("pingpong: %s %s: %w (is the peer an ibv_rc_pingpong of the same kind, RC or --ud?)", what, peer, device.UnwrapOp(err))
 	}
 	connect := func(remote roce.Endpoint) error {
 		if remote.GID.IsUnspecified() {
 			return fmt.Errorf("pingpong: the peer at %s sent no GID: give it one with -g (ibv_rc_pingpong's default, none, works on InfiniBand only; -g 1 is usually its IPv4 GID)", peer)
 		}
 		if !o.ud {
-			remote.MTU = mtuFromBytes(o.mtu)
+			remote.MTU = device.MTUFromBytes(o.mtu)
 		}
 		if err := s.qp.Connect(ctx, local, remote, opts); err != nil {
 			return fmt.Errorf("pingpong: cannot connect the QP to %v: %w", remote.GID, err)
@@ -525,57 +410,6 @@ func (s *ppSide) exchange(ctx context.Context, local roce.Endpoint, opts roce.Co
 		return fail("no \"done\" from", errors.Join(err, fmt.Errorf("got %q", done[:n])))
 	}
 	return remote, nil
-}
-
-// ppDial connects to host:port (client) or accepts one connection on port
-// (server, host empty), both bounded by ctx.
-func ppDial(ctx context.Context, host string, port int, cmd string) (net.Conn, error) {
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	if host != "" {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			var ne net.Error
-			if ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout() {
-				return nil, fmt.Errorf("%s: couldn't connect to %s: no answer within the timeout (is the address right?)", cmd, addr)
-			}
-			if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
-				return nil, fmt.Errorf("%s: couldn't connect to %s: %w (is the address right?)", cmd, addr, unwrapOp(err))
-			}
-			return nil, fmt.Errorf("%s: couldn't connect to %s: %w (is the server running?)", cmd, addr, unwrapOp(err))
-		}
-		return c, nil
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: couldn't listen to port %d: %w", cmd, port, unwrapOp(err))
-	}
-	defer ln.Close()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	c, err := ln.Accept()
-	if err != nil {
-		var ne net.Error
-		if ctx.Err() != nil || errors.Is(err, net.ErrClosed) || errors.As(err, &ne) && ne.Timeout() {
-			return nil, fmt.Errorf("%s: no client connected to port %d within the timeout", cmd, port)
-		}
-		return nil, fmt.Errorf("%s: accept() failed: %w", cmd, err)
-	}
-	return c, nil
-}
-
-// unwrapOp drops the *net.OpError wrapping that repeats the address.
-func unwrapOp(err error) error {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		var sc interface{ Unwrap() error }
-		if errors.As(op.Err, &sc) && sc.Unwrap() != nil {
-			return sc.Unwrap()
-		}
-		return op.Err
-	}
-	return err
 }
 
 // run is rc_pingpong's loop: each side keeps the receive queue full and
@@ -654,42 +488,8 @@ func (s *ppSide) poll(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	return pollCQ(ctx, s.cq, s.wcs[:], deadline, s.o.timeout)
+	return device.PollCQ(ctx, s.cq, s.wcs[:], deadline, s.o.timeout)
 }
-
-// pollCQ waits for completions on cq until deadline by busy-polling it, as
-// ibv_rc_pingpong does without -e. When the CQ is empty this goroutine
-// does the device's receive work (roce.CQ.Progress), so the spinning is
-// the datapath at work rather than a poller starving the device's
-// goroutines of the cores they need. It yields to other goroutines every
-// few polls.
-func pollCQ(ctx context.Context, cq *roce.CQ, wcs []roce.WC, deadline time.Time, timeout time.Duration) (int, error) {
-	for i := 1; ; i++ {
-		if n := cq.Poll(wcs); n > 0 {
-			return n, nil
-		}
-		if cq.Progress() > 0 {
-			if n := cq.Poll(wcs); n > 0 {
-				return n, nil
-			}
-		}
-		if i%spinYield == 0 {
-			runtime.Gosched()
-		}
-		if i%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("no completion for %v: is the peer still there?", timeout)
-			}
-		}
-	}
-}
-
-// spinYield is how many polls pollCQ and perf's spinning loops make
-// between two yields to other goroutines.
-const spinYield = 16
 
 // data returns the message area of the buffer.
 func (s *ppSide) data() []byte {
@@ -739,37 +539,4 @@ func (s *ppSide) validate() []int {
 		}
 	}
 	return bad
-}
-
-// defaultInterface picks the interface for host: the one of the route to
-// it, or without host the only one with an address.
-func defaultInterface(host string) (string, error) {
-	if host != "" {
-		ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
-		if err != nil || len(ips) == 0 {
-			return "", fmt.Errorf("cannot resolve %s: %v", host, err)
-		}
-		return routeInterface(ips[0])
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	var names []string
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagLoopback != 0 || ifc.Flags&net.FlagUp == 0 {
-			continue
-		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil && !p.Addr().IsLinkLocalUnicast() {
-				names = append(names, ifc.Name)
-				break
-			}
-		}
-	}
-	if len(names) != 1 {
-		return "", fmt.Errorf("%d interfaces with an address (%v), cannot pick one", len(names), names)
-	}
-	return names[0], nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/roce"
 )
 
@@ -39,12 +40,12 @@ func pingpongSRQ(ctx context.Context, e *base.Env, o *pingpongOptions) error {
 	if o.numQP > o.rxDepth {
 		return base.Usagef("pingpong: -q %d is more than the RX depth -r %d: raise -r", o.numQP, o.rxDepth)
 	}
-	dev, err := openDevice(e.Stderr, o.dev, o.host, "pingpong")
+	dev, err := device.OpenDevice(e.Stderr, o.dev, o.host, "pingpong")
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	if mtuFromBytes(o.mtu) > dev.Info().ActiveMTU {
+	if device.MTUFromBytes(o.mtu) > dev.Info().ActiveMTU {
 		return fmt.Errorf("pingpong: -m %d is above the RoCE MTU of %s (%d bytes): use -m %d or raise the interface MTU",
 			o.mtu, dev.Info().Name, dev.Info().ActiveMTU.Bytes(), dev.Info().ActiveMTU.Bytes())
 	}
@@ -59,7 +60,7 @@ func pingpongSRQ(ctx context.Context, e *base.Env, o *pingpongOptions) error {
 	}
 	local := make([]roce.Endpoint, o.numQP)
 	for i, q := range s.qps {
-		if local[i], err = localEndpoint(dev, q, o.gid); err != nil {
+		if local[i], err = device.LocalEndpoint(dev, q, o.gid); err != nil {
 			return fmt.Errorf("pingpong: %w", err)
 		}
 		fmt.Fprintf(e.Stdout, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", local[i].LID, local[i].QPN, local[i].PSN, local[i].GID)
@@ -135,7 +136,7 @@ func (s *srqSide) exchange(ctx context.Context, local []roce.Endpoint) ([]roce.E
 	o := s.o
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	conn, err := ppDial(ctx, o.host, o.port, "pingpong")
+	conn, err := device.Dial(ctx, o.host, o.port, "pingpong")
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func (s *srqSide) exchange(ctx context.Context, local []roce.Endpoint) ([]roce.E
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errors.New("the peer closed the connection")
 		}
-		return nil, fmt.Errorf("pingpong: %s %s: %w (is the peer an ibv_srq_pingpong?)", what, peer, unwrapOp(err))
+		return nil, fmt.Errorf("pingpong: %s %s: %w (is the peer an ibv_srq_pingpong?)", what, peer, device.UnwrapOp(err))
 	}
 	send := func() error {
 		msg := make([]byte, codec.Size())
@@ -189,7 +190,7 @@ func (s *srqSide) exchange(ctx context.Context, local []roce.Endpoint) ([]roce.E
 			if r.GID.IsUnspecified() {
 				return fmt.Errorf("pingpong: the peer at %s sent no GID: give it one with -g", peer)
 			}
-			r.MTU = mtuFromBytes(o.mtu)
+			r.MTU = device.MTUFromBytes(o.mtu)
 			if err := q.Connect(ctx, local[i], r, ppConnectOptions()); err != nil {
 				return fmt.Errorf("pingpong: cannot connect QP %#x to %v: %w", q.QPN(), r.GID, err)
 			}
@@ -261,7 +262,7 @@ func (s *srqSide) run(ctx context.Context) error {
 			cancel()
 			n = s.cq.Poll(s.wcs)
 		} else {
-			n, err = pollCQ(ctx, s.cq, s.wcs, time.Now().Add(o.timeout), o.timeout)
+			n, err = device.PollCQ(ctx, s.cq, s.wcs, time.Now().Add(o.timeout), o.timeout)
 		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/device"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
 )
@@ -161,7 +162,7 @@ func cmInterface(ifname string, local, peer netip.Addr) (string, *ifaceError) {
 		}
 		return name, nil
 	case peer.IsValid():
-		name, err := routeInterface(peer)
+		name, err := device.RouteInterface(peer)
 		if err != nil {
 			return "", &ifaceError{syscall.ENETUNREACH, err}
 		}
@@ -170,7 +171,7 @@ func cmInterface(ifname string, local, peer netip.Addr) (string, *ifaceError) {
 		}
 		return name, nil
 	}
-	name, err := defaultInterface("")
+	name, err := device.DefaultInterface("")
 	if err != nil {
 		return "", &ifaceError{syscall.ENODEV, err}
 	}
@@ -203,7 +204,7 @@ type cmDevice struct {
 // openCM opens the RoCE device on ifname (see openNIC) and starts its CM
 // agent.
 func openCM(w io.Writer, cmd, ifname string) (*cmDevice, error) {
-	dev, err := openNIC(w, cmd, ifname, roce.Config{})
+	dev, err := device.OpenNIC(w, cmd, ifname, roce.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("cannot open a RoCE device on %s: %w", ifname, err)
 	}

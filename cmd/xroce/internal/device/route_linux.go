@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package device
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// routeInterface names the interface of the route to ip.
-func routeInterface(ip netip.Addr) (string, error) {
+// RouteInterface names the interface of the route to ip.
+func RouteInterface(ip netip.Addr) (string, error) {
 	routes, err := netlink.RouteGet(net.IP(ip.Unmap().AsSlice()))
 	if err != nil || len(routes) == 0 {
 		return "", fmt.Errorf("no route to %v: %v", ip, err)
