@@ -4,6 +4,7 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/dump"
 	"github.com/xroce/xroce/cmd/xroce/internal/lab"
+	"github.com/xroce/xroce/cmd/xroce/internal/pingpong"
 	"github.com/xroce/xroce/cmd/xroce/internal/stat"
 	"github.com/xroce/xroce/cmd/xroce/internal/version"
 )
@@ -14,6 +15,7 @@ import (
 var commands = []base.Command{
 	dump.Cmd,
 	lab.Cmd,
+	pingpong.Cmd,
 	stat.Cmd,
 	version.Cmd,
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package pingpong
 
 import (
 	"context"
@@ -15,6 +15,18 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
+
+// runIn runs xroce pingpong with args, which start with "pingpong", in h's
+// namespace, in the background.
+func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan clitest.Result {
+	return clitest.RunIn(ctx, h, Cmd, args...)
+}
+
+// clientServer runs xroce pingpong as a server in p's B and a client in A.
+func clientServer(t *testing.T, p *netns.Pair, port int, server, client []string) (rs, rc clitest.Result) {
+	t.Helper()
+	return clitest.ClientServer(t, p, port, Cmd, server, client)
+}
 
 var (
 	ppLocalRE  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:198\.18\.0\.[12]$`)

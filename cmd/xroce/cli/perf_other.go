@@ -10,7 +10,6 @@ import (
 )
 
 func init() {
-	register("pingpong", "ping-pong SENDs with a peer like ibv_rc_pingpong (Linux only)", runLinuxOnly)
 	register("perf", "perftest-style bandwidth and latency tests (Linux only)", runLinuxOnly)
 }
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package pingpong
 
 import (
 	"context"
@@ -46,9 +46,8 @@ const pingpongExamples = `  xroce pingpong -d eth0 -g 1                 # server
   xroce pingpong --ud -s 1024 -n 10000 198.18.0.1
   ibv_rc_pingpong -d rxe0 -g 1 198.18.0.2     # the rdma-core tool as the client of an xroce server`
 
-func init() {
-	register("pingpong", "ping-pong SENDs with a peer like ibv_rc_pingpong / ibv_ud_pingpong", runPingpong)
-}
+// Cmd is xroce pingpong.
+var Cmd = base.Command{Name: "pingpong", Summary: "ping-pong SENDs with a peer like ibv_rc_pingpong / ibv_ud_pingpong", Run: runPingpong}
 
 // Work request IDs, as rc_pingpong's, so a completion says which queue.
 const (
