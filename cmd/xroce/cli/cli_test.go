@@ -24,8 +24,8 @@ func TestVersionAliases(t *testing.T) {
 	}
 }
 
-// run runs the xroce command line args as main does, for the tests of the
-// tools still in this package and of the dispatcher.
+// run runs the xroce command line args as main does, for the dispatcher's
+// tests (the tools' tests run their commands with clitest's Run and RunIn).
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var o, e bytes.Buffer
