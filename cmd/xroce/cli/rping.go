@@ -32,7 +32,6 @@ func init() {
 
 // rping's defaults and limits (rping.c).
 const (
-	rpingPort    = 7174
 	rpingSize    = 64
 	rpingBufSize = 64 * 1024 // RPING_BUFSIZE: -S must be below it
 	// rpingMinSize is RPING_MIN_BUFSIZE: sizeof "INT_MAX" (the macro's
@@ -215,10 +214,6 @@ func parseRping(ctx context.Context, stdout, stderr io.Writer, args []string) (o
 // server's "go ahead" messages are 16 zero bytes.
 type rpingInfo []byte
 
-// rpingInfoSize is sizeof(struct rping_rdma_info); rping refuses any
-// other receive length.
-const rpingInfoSize = 16
-
 const (
 	rpingInfoBuf  = 0
 	rpingInfoRKey = 8
@@ -239,21 +234,4 @@ func (b rpingInfo) Encode(buf uint64, rkey, size uint32) {
 	binary.BigEndian.PutUint64(b[rpingInfoBuf:], buf)
 	binary.BigEndian.PutUint32(b[rpingInfoRKey:], rkey)
 	binary.BigEndian.PutUint32(b[rpingInfoLen:], size)
-}
-
-// rpingFill writes ping number ping's data into b (the whole -S buffer),
-// as rping's client does: "rdma-ping-N: " then the letters from
-// 'A' + ping%58 upwards, wrapping after 'z' (122) back to 'A' (65), and a
-// NUL in the last byte.
-func rpingFill(b []byte, ping int) {
-	prefix := "rdma-ping-" + strconv.Itoa(ping) + ": "
-	n := copy(b, prefix) // snprintf truncates; the NUL below ends it
-	c := byte(65 + ping%58)
-	for i := n; i < len(b); i++ {
-		b[i] = c
-		if c++; c > 122 {
-			c = 65
-		}
-	}
-	b[len(b)-1] = 0
 }

@@ -540,12 +540,6 @@ func (cb *rpingCB) serve(ctx context.Context, req *cm.Request, persistent bool) 
 	return ret, false
 }
 
-// rpingConnParam is rping_init_conn_param's: one READ each way, retries
-// and RNR retries for ever.
-func rpingConnParam() *cm.ConnParam {
-	return &cm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
-}
-
 // testServer is rping_test_server: READ each ping, say go ahead, WRITE it
 // back, say go ahead again, until the client disconnects (status 0) or
 // something fails (the error's status). The error is ctx's end.

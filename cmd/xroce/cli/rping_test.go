@@ -5,43 +5,18 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
-)
+	"time"
 
-// The ping data as rping writes it (the strings of rdma-core's rping -v).
-func TestRpingPattern(t *testing.T) {
-	for _, tc := range []struct {
-		ping, size int
-		want       string
-	}{
-		{0, 64, "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr"},
-		{1, 64, "rdma-ping-1: BCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrs"},
-		{57, 64, "rdma-ping-57: zABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnop"},
-		{58, 64, "rdma-ping-58: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopq"},
-		{0, 23, "rdma-ping-0: ABCDEFGHI"},
-		{1000000, 23, "rdma-ping-1000000: WXY"},
-		{2147483647, 23, "rdma-ping-2147483647: "},
-		{5, 1, ""}, // the size quirk: snprintf truncates to nothing
-		{3, 10, "rdma-ping"},
-	} {
-		b := bytes.Repeat([]byte{0xee}, tc.size)
-		rpingFill(b, tc.ping)
-		if b[len(b)-1] != 0 || string(cstring(b)) != tc.want || len(cstring(b)) != tc.size-1 && tc.size > 20 {
-			t.Errorf("ping %d, size %d: %q, want %q", tc.ping, tc.size, b, tc.want)
-		}
-	}
-	// Every byte of a long buffer: the letters run on, wrapping 'z' to 'A'.
-	b := make([]byte, 300)
-	rpingFill(b, 7)
-	for i := len("rdma-ping-7: "); i < len(b)-1; i++ {
-		if want := byte(65 + (7+i-13)%58); b[i] != want {
-			t.Fatalf("byte %d = %q, want %q", i, b[i], want)
-		}
-	}
-}
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
+	"github.com/xroce/xroce/internal/netns"
+)
 
 // struct rping_rdma_info: 16 bytes, big-endian buf, rkey, size.
 func TestRpingInfo(t *testing.T) {
@@ -60,18 +35,6 @@ func TestRpingInfo(t *testing.T) {
 	if z.Buf() != 0 || z.RKey() != 0 || z.Size() != 0 {
 		t.Error("zeros do not decode to zero")
 	}
-}
-
-// usage44 is the usage rdma-core 44's name printed (after its message for
-// -x, where it has one), captured in testdata/usage-NAME-44.txt from
-// Debian's binary run as ./NAME; the clone is NAME.
-func usage44(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile("testdata/usage-" + name + "-44.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.ReplaceAll(string(b), "./"+name, name)
 }
 
 // Command lines: rping's messages, usage and statuses; the options read.
@@ -133,63 +96,228 @@ func TestRpingFlags(t *testing.T) {
 	if o.addr != netip.IPv4Unspecified() || o.port != 7174 || o.size != 64 || o.count != 0 || o.src.IsValid() {
 		t.Errorf("defaults %+v", *o)
 	}
-	// xroce help rping: the usage, and no failure.
-	out.Reset()
-	if err := Run(context.Background(), []string{"help", "rping"}, &out, &errb); err != nil || out.String() != rpingUsageText {
-		t.Errorf("help rping: %v\n%s", err, out.String())
-	}
 }
 
-func TestUcmatoseFlags(t *testing.T) {
-	wantUsage := usage44(t, "ucmatose")
+// rpingLines are the -v lines of pings 0..n-1 of size bytes.
+func rpingLines(prefix string, n, size int) string {
+	var b strings.Builder
+	buf := make([]byte, size)
+	for i := range n {
+		rpingFill(buf, i)
+		fmt.Fprintf(&b, "%s%s\n", prefix, cstring(buf))
+	}
+	return b.String()
+}
+
+func TestRping(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	b := p.B.IP.String()
 	for _, tc := range []struct {
-		args []string
-		want string // stderr then stdout
+		name   string
+		server []string
+		client []string
+		pings  int
+		size   int
 	}{
-		{[]string{"-x"}, wantUsage},
-		{[]string{"-s"}, strings.Replace(wantUsage, "invalid option -- 'x'", "option requires an argument -- 's'", 1)},
-		{[]string{"-c", "2", "-h"}, strings.Replace(wantUsage, "'x'", "'h'", 1)},
+		{"default", []string{"-s", "-v"}, []string{"-c", "-v", "-V", "-C", "3", "-a", b}, 3, 64},
+		{"bound", []string{"-s", "-v", "-a", b, "-p", "7200"}, []string{"-c", "-vV", "-C", "70", "-a", b, "-p", "7200", "-I", p.A.IP.String()}, 70, 64},
+		{"big", []string{"-svS", "65535"}, []string{"-cvVC", "5", "-S65535", "-a", b}, 5, 65535},
+		{"small", []string{"-s", "-v", "-S", "23"}, []string{"-c", "-v", "-V", "-C", "60", "-S", "23", "-a", b}, 60, 23},
+		{"self-qp", []string{"-s", "-q", "-v"}, []string{"-q", "-c", "-v", "-C", "2", "-a", b}, 2, 64},
+		// The server READs the client's -S bytes into its own -S bytes.
+		{"server-bigger", []string{"-s", "-v", "-S", "100"}, []string{"-c", "-v", "-V", "-C", "4", "-a", b}, 4, 64},
 	} {
-		var out, errb bytes.Buffer
-		err := Run(context.Background(), append([]string{"ucmatose"}, tc.args...), &out, &errb)
-		if ExitCode(err) != 1 || !Reported(err) || errb.String()+out.String() != tc.want {
-			t.Errorf("ucmatose %q: exit %d\n%s%s\nwant exit 1 and\n%s", tc.args, ExitCode(err), errb.String(), out.String(), tc.want)
-		}
-	}
-	var out, errb bytes.Buffer
-	o, _, done := parseUcmatose(&out, &errb, []string{"-s", "198.18.0.2", "-b", "198.18.0.1", "-f", "IPv6", "-P", "IB", "-c", "3",
-		"-C", "20", "-S", "50", "-t", "0x40", "-p", "8000", "-m", "-a", "18", "-d", "veth0"})
-	if done {
-		t.Fatal(errb.String())
-	}
-	if o.dst != "198.18.0.2" || o.src != "198.18.0.1" || !o.numeric || o.ps != 0x13f || o.connections != 3 || o.count != 20 ||
-		o.size != 50 || o.tos != 0x40 || !o.setTOS || o.port != "8000" || !o.migrate || o.ifname != "veth0" {
-		t.Errorf("options %+v", *o)
-	}
-	o, _, _ = parseUcmatose(&out, &errb, []string{"-f", "dns", "-P", "udp"})
-	if errb.String() != "Warning: unknown address format\nWarning: unknown port space format\n" ||
-		o.dst != "" || o.ps != 0x106 || o.connections != 1 || o.count != 10 || o.size != 100 || o.port != "7471" || o.numeric {
-		t.Errorf("warnings %q, defaults %+v", errb.String(), *o)
+		t.Run(tc.name, func(t *testing.T) {
+			rs, rc := cmServerClient(t, p, append([]string{"rping"}, tc.server...), append([]string{"rping"}, tc.client...), serverLinger)
+			wantRun(t, "client", rc, 0, rpingLines("ping data: ", tc.pings, tc.size), "client DISCONNECT EVENT...\n")
+			wantRun(t, "server", rs, 0, rpingLines("server ping data: ", tc.pings, tc.size),
+				"server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n")
+		})
 	}
 }
 
-func TestRdmaServerClientFlags(t *testing.T) {
-	for _, name := range []string{"rdma_server", "rdma_client"} {
-		want := usage44(t, name)
-		var out, errb bytes.Buffer
-		err := Run(context.Background(), []string{name, "-p", "1", "-x"}, &out, &errb)
-		if ExitCode(err) != 1 || errb.String()+out.String() != want {
-			t.Errorf("%s -x: exit %d\n%s%s\nwant exit 1 and\n%s", name, ExitCode(err), errb.String(), out.String(), want)
+// runLive is runIn with the output readable while the tool runs.
+func runLive(ctx context.Context, h *netns.Host, args ...string) (stdout *clitest.SyncBuffer, res <-chan clitest.Result) {
+	var out clitest.SyncBuffer
+	c := make(chan clitest.Result, 1)
+	go func() {
+		var errb clitest.SyncBuffer
+		err := h.Do(func() error { return Run(ctx, args, &out, &errb) })
+		c <- clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}
+	}()
+	return &out, c
+}
+
+// waitLines waits until out has n lines.
+func waitLines(t *testing.T, out *clitest.SyncBuffer, n int, res <-chan clitest.Result) {
+	t.Helper()
+	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
+	for strings.Count(out.String(), "\n") < n {
+		select {
+		case r := <-res:
+			t.Fatalf("ended after %d lines: %v\nstdout:\n%s\nstderr:\n%s", strings.Count(r.Stdout, "\n"), r.Err, r.Stdout, r.Stderr)
+		case <-time.After(5 * time.Millisecond):
 		}
-		o, _, _ := parseRdmaEP(&out, &errb, name, "127.0.0.1", []string{"-s198.18.0.9", "-p", "99", "-d", "eth1"})
-		if o.addr != "198.18.0.9" || o.port != "99" || o.ifname != "eth1" {
-			t.Errorf("%s: %+v", name, *o)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines after 30s, want %d", strings.Count(out.String(), "\n"), n)
 		}
 	}
-	// Names that do not resolve, as rdma_getaddrinfo reports them.
-	var out, errb bytes.Buffer
-	err := Run(context.Background(), []string{"rdma_client", "-s", "198.18.0.2", "-p", "no-such-service"}, &out, &errb)
-	if ExitCode(err) != 248 || out.String() != "rdma_client: start\nrdma_getaddrinfo: Servname not supported for ai_socktype\nrdma_client: end -8\n" {
-		t.Errorf("bad port: exit %d\n%s%s", ExitCode(err), out.String(), errb.String())
+}
+
+// checkPings checks that out is pings 0..k-1 for some k >= min, and
+// returns k.
+func checkPings(t *testing.T, who, prefix, out string, least int) int {
+	t.Helper()
+	k := strings.Count(out, "\n")
+	if want := rpingLines(prefix, k, 64); out != want || k < least {
+		t.Errorf("%s: %d lines, want at least %d pings:\n%s", who, k, least, out)
 	}
+	return k
+}
+
+// rping -C 0 pings until stopped: a client stopped (SIGINT: its context
+// ends) disconnects, and the server ends well; a server stopped does the
+// same for the client, which, as rping, ends with status 0.
+func TestRpingInterrupted(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	b := p.B.IP.String()
+	listened := listenHook(t)
+
+	t.Run("client", func(t *testing.T) {
+		sc, _ := startServer(t, p.B, listened, "rping", "-s", "-v")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		out, cc := runLive(ctx, p.A, "rping", "-c", "-v", "-V", "-a", b)
+		waitLines(t, out, 200, cc)
+		cancel()
+		rc := <-cc
+		if ExitCode(rc.Err) != exitInterrupted || rc.Stderr != "" {
+			t.Errorf("client: exit %d, stderr %q", ExitCode(rc.Err), rc.Stderr)
+		}
+		k := checkPings(t, "client", "ping data: ", rc.Stdout, 200)
+		rs := <-sc
+		if n := checkPings(t, "server", "server ping data: ", rs.Stdout, k); n > k+1 || ExitCode(rs.Err) != 0 ||
+			!strings.HasPrefix(rs.Stderr, "server DISCONNECT EVENT...\nwait for RDMA_") || !strings.HasSuffix(rs.Stderr, " state 10\n") ||
+			strings.Count(rs.Stderr, "\n") != 2 {
+			t.Errorf("server: exit %d, %d pings (client %d), stderr %q", ExitCode(rs.Err), n, k, rs.Stderr)
+		}
+	})
+
+	t.Run("server", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sout, sc := runLive(ctx, p.B, "rping", "-s", "-v")
+		select {
+		case <-listened:
+		case <-time.After(clitest.Slowdown * 30 * time.Second):
+			t.Fatal("the server never listened")
+		}
+		cc := runIn(context.Background(), p.A, "rping", "-c", "-v", "-V", "-a", b)
+		waitLines(t, sout, 100, sc)
+		cancel()
+		rs := <-sc
+		if ExitCode(rs.Err) != exitInterrupted || rs.Stderr != "" {
+			t.Errorf("server: exit %d, stderr %q", ExitCode(rs.Err), rs.Stderr)
+		}
+		k := checkPings(t, "server", "server ping data: ", rs.Stdout, 100)
+		rc := <-cc
+		if n := checkPings(t, "client", "ping data: ", rc.Stdout, k-1); n > k || ExitCode(rc.Err) != 0 ||
+			!strings.HasPrefix(rc.Stderr, "client DISCONNECT EVENT...\nwait for RDMA_WRITE_") || !strings.HasSuffix(rc.Stderr, " state 10\n") ||
+			strings.Count(rc.Stderr, "\n") != 2 {
+			t.Errorf("client: exit %d, %d pings (server %d), stderr %q", ExitCode(rc.Err), n, k, rc.Stderr)
+		}
+	})
+}
+
+// rping -P serves client after client until stopped. (Clients at once
+// would need a device each; one interface has one xroce device.)
+func TestRpingPersistent(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	b := p.B.IP.String()
+	sc, stop := startServer(t, p.B, listenHook(t), "rping", "-s", "-P", "-v")
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*30*time.Second)
+	defer cancel()
+	for i, n := range []int{3, 300, 2} {
+		if i > 0 {
+			// A new xroce client has the QPN of the last one, whose
+			// connection the server's CM keeps in time-wait for about a
+			// second; a REQ from that QPN meanwhile is refused as stale
+			// (REJ 10), where the kernel's CM would accept it.
+			time.Sleep(1500 * time.Millisecond)
+		}
+		rc := <-runIn(ctx, p.A, "rping", "-c", "-v", "-V", "-a", b, "-C", fmt.Sprint(n))
+		wantRun(t, fmt.Sprintf("client %d", i), rc, 0, rpingLines("ping data: ", n, 64), "client DISCONNECT EVENT...\n")
+	}
+	stop()
+	rs := <-sc
+	want := rpingLines("server ping data: ", 3, 64) + rpingLines("server ping data: ", 300, 64) + rpingLines("server ping data: ", 2, 64)
+	wantRun(t, "server", rs, exitInterrupted, want, strings.Repeat("server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n", 3))
+}
+
+// The real binary: rping -C 0 pings until SIGINT, then disconnects; the
+// server, rping's own -d lines showing it listens, ends with status 0.
+func TestRpingBinarySIGINT(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	bin := filepath.Join(t.TempDir(), "xroce")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/xroce/xroce/cmd/xroce").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var sout, serr, cout, cerr clitest.SyncBuffer
+	srv := p.B.Command(bin, "rping", "-d", "-s")
+	srv.Stdout, srv.Stderr = &sout, &serr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	sdone := make(chan error, 1)
+	go func() { sdone <- srv.Wait() }()
+	deadline := time.Now().Add(clitest.Slowdown * 30 * time.Second)
+	for !strings.Contains(sout.String(), "rdma_listen\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never listened:\n%s%s", sout.String(), serr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.HasPrefix(sout.String(), "server\ncreated cm_id 0x") {
+		t.Errorf("server's -d lines:\n%s", sout.String())
+	}
+	cli := p.A.Command(bin, "rping", "-c", "-v", "-a", p.B.IP.String())
+	cli.Stdout, cli.Stderr = &cout, &cerr
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Process.Kill()
+	for strings.Count(cout.String(), "\n") < 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pings:\n%s%s", cout.String(), cerr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cli.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cli.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitInterrupted || cerr.String() != "" {
+		t.Errorf("client: %v, stderr %q", err, cerr.String())
+	}
+	checkPings(t, "client", "ping data: ", cout.String(), 100)
+	select {
+	case err := <-sdone:
+		if err != nil || !strings.HasPrefix(serr.String(), "server DISCONNECT EVENT...\nwait for RDMA_") {
+			t.Errorf("server: %v\nstderr:\n%s", err, serr.String())
+		}
+	case <-time.After(clitest.Slowdown * 30 * time.Second):
+		t.Errorf("the server did not end")
+	}
+}
+
+// A client whose -S is above the server's: the server's READ does not fit
+// its buffer (a local protection error, status 4, as on rxe); it says so
+// and disconnects, and the client, disconnected, ends with status 0, as
+// rping's does.
+func TestRpingSizeMismatch(t *testing.T) {
+	p := netns.NewT(t, netns.Config{})
+	rs, rc := cmServerClient(t, p, []string{"rping", "-s", "-v"}, []string{"rping", "-c", "-v", "-C", "2", "-S", "100", "-a", p.B.IP.String()}, serverLinger)
+	wantRun(t, "server", rs, 255, "", "cq completion failed status 4\nwait for RDMA_READ_COMPLETE state 11\nrping server failed: -1\nserver DISCONNECT EVENT...\n")
+	wantRun(t, "client", rc, 0, "", "client DISCONNECT EVENT...\nwait for RDMA_WRITE_ADV state 10\n")
 }

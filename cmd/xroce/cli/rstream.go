@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -456,18 +455,6 @@ func (r *rstream) xfer(c net.Conn, size int, send bool) int {
 		}
 	}
 	return 0
-}
-
-// errText is an error as perror would say it, when it is one of the
-// usual ones.
-func errText(err error) string {
-	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "Connection reset by peer (the peer closed)"
-	case errors.Is(err, stream.ErrReset):
-		return "Connection reset by peer: " + err.Error()
-	}
-	return err.Error()
 }
 
 // show is rstream's show_perf.
