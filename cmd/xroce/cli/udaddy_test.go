@@ -96,13 +96,16 @@ func TestUdaddyRefused(t *testing.T) {
 	listened := listenHook(t)
 
 	t.Run("no-listener", func(t *testing.T) {
-		// An rping server: a CM on B, listening on 7174 of the TCP port
-		// space only.
-		sc, stop := startServer(t, p.B, listened, "rping", "-s", "-p", "7174")
+		// A CM on B, listening on 7174 of the TCP port space only (as
+		// an rping server does).
+		d := openCMIn(t, p.B)
+		l, err := d.agent.Listen(netip.AddrPortFrom(netip.Addr{}, 7174), &cm.ListenOptions{PortSpace: mad.PortSpaceTCP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
 		wantRun(t, "client", <-runIn(ctx, p.A, "udaddy", "-s", b), 1, refused("1"), "")
 		wantRun(t, "client -c 3", <-runIn(ctx, p.A, "udaddy", "-s", b, "-c", "3"), 1, refused("1"), "")
-		stop()
-		<-sc
 	})
 
 	t.Run("server-mtu", func(t *testing.T) {
