@@ -5,7 +5,13 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/dump"
 	"github.com/xroce/xroce/cmd/xroce/internal/lab"
 	"github.com/xroce/xroce/cmd/xroce/internal/pingpong"
+	"github.com/xroce/xroce/cmd/xroce/internal/rcopy"
+	"github.com/xroce/xroce/cmd/xroce/internal/rdmaep"
+	"github.com/xroce/xroce/cmd/xroce/internal/rping"
+	"github.com/xroce/xroce/cmd/xroce/internal/rstream"
 	"github.com/xroce/xroce/cmd/xroce/internal/stat"
+	"github.com/xroce/xroce/cmd/xroce/internal/ucmatose"
+	"github.com/xroce/xroce/cmd/xroce/internal/udaddy"
 	"github.com/xroce/xroce/cmd/xroce/internal/version"
 )
 
@@ -16,6 +22,13 @@ var commands = []base.Command{
 	dump.Cmd,
 	lab.Cmd,
 	pingpong.Cmd,
+	rcopy.Cmd,
+	rdmaep.Client,
+	rdmaep.Server,
+	rping.Cmd,
+	rstream.Cmd,
 	stat.Cmd,
+	ucmatose.Cmd,
+	udaddy.Cmd,
 	version.Cmd,
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/device"
+	"github.com/xroce/xroce/cmd/xroce/internal/rdmacm"
 	"github.com/xroce/xroce/cmd/xroce/internal/seqdiag"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/perftest"
@@ -92,7 +93,7 @@ var conformTools = []conformTool{
 	// rping -s -P: a receive of its 16-byte info message posted, no
 	// region it names (its -S buffer is READ and WRITE enabled, but its
 	// key never leaves the server).
-	{name: "rping", recv: true, size: rpingInfoSize, rdmacm: true},
+	{name: "rping", recv: true, size: rdmacm.RpingInfoSize, rdmacm: true},
 }
 
 type conformOptions struct {
@@ -184,9 +185,9 @@ func (o *conformOptions) check(pos []string) error {
 	}
 	if o.tool.rdmacm {
 		// rping's receives are its info message, whatever its -S.
-		o.size = rpingInfoSize
+		o.size = rdmacm.RpingInfoSize
 		if o.port == 0 {
-			o.port = rpingPort
+			o.port = rdmacm.RpingPort
 		}
 	}
 	return o.checkCommon()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xroce/xroce/bth"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
+	"github.com/xroce/xroce/cmd/xroce/internal/rdmacm/cmtest"
 	"github.com/xroce/xroce/conform"
 	"github.com/xroce/xroce/internal/netns"
 )
@@ -331,7 +332,7 @@ func TestConformRxeProfiles(t *testing.T) {
 // others are SKIPped without a connection.
 func TestConformRping(t *testing.T) {
 	p := netns.NewT(t, netns.Config{})
-	sc, stop := startServer(t, p.B, listenHook(t), "rping", "-s", "-P", "-a", p.B.IP.String(), "-p", "7190")
+	sc, stop := startServer(t, p.B, cmtest.ListenHook(t), "rping", "-s", "-P", "-a", p.B.IP.String(), "-p", "7190")
 	ctx, cancel := context.WithTimeout(context.Background(), clitest.Slowdown*60*time.Second)
 	defer cancel()
 	rc := <-runIn(ctx, p.A, "conform", "-d", p.A.Ifname, "--via", "rping", "-p", "7190", "-json", p.B.IP.String())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xroce/xroce/cm"
 	"github.com/xroce/xroce/cmd/xroce/internal/device"
+	"github.com/xroce/xroce/cmd/xroce/internal/rdmacm"
 	"github.com/xroce/xroce/internal/perftest"
 	"github.com/xroce/xroce/mad"
 	"github.com/xroce/xroce/roce"
@@ -487,7 +488,7 @@ func (r *perfRun) cmAcceptUD(ctx context.Context, l *cm.Listener, p *perfQP) err
 	if wc.Status != roce.WCSuccess || wc.Flags&roce.WCWithImm == 0 {
 		return fmt.Errorf("the client's first datagram (%v, flags %#x) does not carry its QP number", wc.Status, wc.Flags)
 	}
-	av, ok := udaddyReplyAV(p.buf[p.half:p.half+udGRH], wc, r.dev.GIDs(), r.dev.Info().MAC)
+	av, ok := rdmacm.UDReplyAV(p.buf[p.half:p.half+udGRH], wc, r.dev.GIDs(), r.dev.Info().MAC)
 	if !ok {
 		return fmt.Errorf("no address to answer the client's first datagram with (its GRH)")
 	}
