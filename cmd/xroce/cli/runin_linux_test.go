@@ -19,11 +19,11 @@ func runIn(ctx context.Context, h *netns.Host, args ...string) <-chan clitest.Re
 	return clitest.RunIn(ctx, h, testCommand(args), args...)
 }
 
-// clientServer is clitest.ClientServer for the command that server[0]
-// names.
+// clientServer is clitest.ClientServerOf for the commands that server[0]
+// and client[0] name (conform's tests run perf as the server).
 func clientServer(t *testing.T, p *netns.Pair, port int, server, client []string) (rs, rc clitest.Result) {
 	t.Helper()
-	return clitest.ClientServer(t, p, port, testCommand(server), server, client)
+	return clitest.ClientServerOf(t, p, port, testCommand(server), server, testCommand(client), client)
 }
 
 // startServer is cmtest.StartServer for the command that args[0] names.

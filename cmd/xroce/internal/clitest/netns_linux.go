@@ -121,11 +121,18 @@ func ListensTCP(h *netns.Host, port int) bool {
 // command's name.
 func ClientServer(t *testing.T, p *netns.Pair, port int, cmd base.Command, server, client []string) (rs, rc Result) {
 	t.Helper()
+	return ClientServerOf(t, p, port, cmd, server, cmd, client)
+}
+
+// ClientServerOf is ClientServer for a server and a client of two
+// commands, srv and cl (conform's client of perf's server).
+func ClientServerOf(t *testing.T, p *netns.Pair, port int, srv base.Command, server []string, cl base.Command, client []string) (rs, rc Result) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Slowdown*30*time.Second)
 	defer cancel()
-	sc := RunIn(ctx, p.B, cmd, server...)
+	sc := RunIn(ctx, p.B, srv, server...)
 	WaitListen(t, p.B, port, sc)
-	rc = <-RunIn(ctx, p.A, cmd, append(client, p.B.IP.String())...)
+	rc = <-RunIn(ctx, p.A, cl, append(client, p.B.IP.String())...)
 	if rc.Err != nil {
 		cancel()
 	}
