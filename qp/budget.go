@@ -1,6 +1,10 @@
 package qp
 
-import "time"
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
 
 // The engine's transmit budget: how many request packets its RC QPs
 // together may have in the network, and the line in which they wait for
@@ -34,6 +38,21 @@ import "time"
 // A QP whose ACK timer expired sends one packet at a time (recovery)
 // until something is acknowledged: a dead peer holds one packet of the
 // budget, not a window, however many QPs it had.
+//
+// A slow peer is not dead: one that acknowledges just often enough never
+// to time out (every 40 ms, say) keeps the packets its QPs sent in flight
+// until it does, and its QPs, their windows open, spend whatever budget
+// the others free; the QPs of the other peers, whose packets come back in
+// microseconds, fall to almost nothing while the CPU idles (issue 28). So
+// the budget is shared between peers (remote IP addresses) before it is
+// shared between QPs: while more than one peer has packets in flight or
+// QPs stopped, no peer may have more than an equal share of the budget
+// (maxInflight over the number of such peers). A QP whose peer has its
+// share stops in the peer's own line, not the engine's, and goes back to
+// the engine's line when the peer's packets are acknowledged or the share
+// grows. A peer's share is what the peer itself acknowledges: a slow one
+// holds it for as long as it waits, the others go on at the rate their
+// own ACKs allow. With one peer the rule is the one above.
 
 // DefaultMaxInflight is the default EngineConfig.MaxInflight: a quarter of
 // the receive ring of an xroce peer (xdp.Config.RingSize 2048), so that
@@ -66,8 +85,133 @@ func (q *QP) recharge() {
 	if q.typ == RC && (q.state == StateRTS || q.state == StateSQD) && !q.destroyed {
 		c = max(int(q.reqPSN.Diff(q.compPSN)), 0)
 	}
-	q.e.inflight += c - q.charged
+	d := c - q.charged
+	if d == 0 {
+		return
+	}
+	e := q.e
+	e.inflight += d
 	q.charged = c
+	p := q.peer
+	if p == nil {
+		p = q.attachPeer()
+	}
+	p.inflight += d
+	e.notePeer(p)
+}
+
+// peer is the budget's account of one remote address: the RC QPs that
+// send to it, the packets they have in flight, and the QPs stopped
+// because it had its share (budget.go).
+type peer struct {
+	addr     netip.Addr
+	qps      int
+	inflight int
+	wait     []*QP
+	active   bool // counted in Engine.activePeers: packets in flight or QPs stopped
+	stopped  bool // in Engine.stopped: QPs wait
+}
+
+// attachPeer returns q's peer account, made on first use: one per remote
+// address, gone with its last QP, so there are never more than QPs.
+func (q *QP) attachPeer() *peer {
+	e := q.e
+	a := q.attr.AV.DstIP.Unmap()
+	p := e.peers[a]
+	if p == nil {
+		p = &peer{addr: a}
+		e.peers[a] = p
+	}
+	p.qps++
+	q.peer = p
+	return p
+}
+
+// detachPeer takes q and what it holds out of its peer's account (the QP
+// is destroyed, or its address vector changed).
+func (q *QP) detachPeer() {
+	p := q.peer
+	if p == nil {
+		return
+	}
+	e := q.e
+	p.inflight -= q.charged
+	e.inflight -= q.charged
+	q.charged = 0
+	if q.inPeerLine {
+		q.inPeerLine = false
+		if i := slices.Index(p.wait, q); i >= 0 {
+			p.wait = slices.Delete(p.wait, i, i+1)
+		}
+	}
+	q.peer = nil
+	p.qps--
+	e.notePeer(p)
+	if p.qps == 0 && !p.active {
+		delete(e.peers, p.addr)
+	}
+}
+
+// notePeer brings the engine's count of active peers (and so the share)
+// up to date with p, and lets p's stopped QPs go when p is under its
+// share again.
+func (e *Engine) notePeer(p *peer) {
+	if len(p.wait) > 0 && p.inflight < e.share {
+		e.releasePeer(p)
+	}
+	active := p.inflight > 0 || len(p.wait) > 0
+	if active == p.active {
+		return
+	}
+	p.active = active
+	if active {
+		e.activePeers++
+	} else {
+		e.activePeers--
+	}
+	e.share = max(e.maxInflight/max(e.activePeers, 1), 1)
+	if !active {
+		// The others' share grew.
+		for _, o := range e.stopped {
+			o.stopped = false
+			e.releasePeer(o)
+		}
+		clear(e.stopped)
+		e.stopped = e.stopped[:0]
+	}
+}
+
+// releasePeer sends p's stopped QPs to the end of the engine's line, in
+// the order they stopped.
+func (e *Engine) releasePeer(p *peer) {
+	for i, q := range p.wait {
+		p.wait[i] = nil
+		q.inPeerLine = false
+		q.waitInLine()
+	}
+	p.wait = p.wait[:0]
+}
+
+// overShare reports whether q's peer has its share of the budget while
+// other peers want theirs.
+func (q *QP) overShare(extra int) bool {
+	p := q.peer
+	return p != nil && q.e.activePeers > 1 && p.inflight+extra >= q.e.share
+}
+
+// waitForPeer stops q in its peer's line until the peer is under its
+// share.
+func (q *QP) waitForPeer() {
+	p := q.peer
+	if q.inPeerLine || q.destroyed {
+		return
+	}
+	q.inPeerLine = true
+	p.wait = append(p.wait, q)
+	if !p.stopped {
+		p.stopped = true
+		q.e.stopped = append(q.e.stopped, p)
+	}
 }
 
 // mayStart reports whether q may send its next request packet as far as
@@ -84,6 +228,10 @@ func (q *QP) mayStart() bool {
 	if out >= win {
 		return false
 	}
+	if q.overShare(0) {
+		q.waitForPeer()
+		return false
+	}
 	// A QP in recovery sends its one packet without waiting in line.
 	if !q.turn && !q.recovering && len(e.line) > e.lineHead || e.inflight >= e.maxInflight || q.turn && q.turnSent >= turnPackets {
 		q.waitInLine()
@@ -91,7 +239,8 @@ func (q *QP) mayStart() bool {
 	}
 	// A window of 64 or more has asked for an ACK at least 64 packets
 	// before its end; a smaller one must ask on its last packet.
-	q.ackNow = win < ackReqEvery && out+1 >= win || e.inflight+1 >= e.maxInflight || q.turn && q.turnSent+1 >= turnPackets
+	q.ackNow = win < ackReqEvery && out+1 >= win || e.inflight+1 >= e.maxInflight || q.turn && q.turnSent+1 >= turnPackets ||
+		q.overShare(1)
 	return true
 }
 

@@ -30,8 +30,8 @@
 // resources, FLUSH and ATOMIC_WRITE, UC and UD), srq.go (shared receive
 // queues), timer.go (local ACK timeout, RNR wait), qp.go (Engine, QP
 // creation, frame dispatch, Poll), sched.go (the QPs with work and the
-// timer heap), budget.go (the transmit budget the RC QPs share, in
-// turns), queues.go (work queues that grow to their depths), cc.go (ECN,
+// timer heap), budget.go (the transmit budget the RC QPs share,
+// between peers and then in turns), queues.go (work queues that grow to their depths), cc.go (ECN,
 // CNPs: RoCE v2 congestion notification, Annex A17.9), dcqcn.go (the
 // reaction point, as ConnectX runs it), pace.go (the pacer and static
 // rate limits).

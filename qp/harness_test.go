@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -136,6 +137,11 @@ type simNet struct {
 	pipe  [2]*link.PipeEnd
 	epoch time.Time
 	rx    [][]byte
+	// hold, in pipe mode, sees every frame an end sends before the pipe
+	// does; it returns true when it took the frame (to drop or to send
+	// later). alarm is a time the test wants a step at (0: none).
+	hold  func(from int, b []byte) bool
+	alarm time.Duration
 }
 
 // usePipe switches the network to a link.Pipe with the given faults.
@@ -165,6 +171,9 @@ func (n *simNet) pipeStep() bool {
 		}
 		if len(end.tx) > 0 {
 			n.sent += len(end.tx)
+			if n.hold != nil {
+				end.tx = slices.DeleteFunc(end.tx, func(b []byte) bool { return n.hold(i, b) })
+			}
 			n.pipe[i].Transmit(end.tx)
 			end.tx = end.tx[:0]
 		}
@@ -173,6 +182,9 @@ func (n *simNet) pipeStep() bool {
 		if at, ok := p.NextDelivery(); ok {
 			next = min(next, at.Sub(n.epoch))
 		}
+	}
+	if n.alarm > n.now {
+		next = min(next, n.alarm)
 	}
 	if next == Never {
 		return false

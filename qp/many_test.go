@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -186,6 +187,12 @@ func fairness(done []int, fair int) (minShare, jain float64) {
 // with small queues (A sends sq requests at most, B receives nothing) and
 // a 4 ms ACK timeout (about five round trips with the budget in flight), and connects them.
 func connectPair(t testing.TB, n *simNet, qpn uint32, cq *testCQ, sq int) *QP {
+	return connectPairAt(t, n, qpn, cq, sq, simIPs[1], 10)
+}
+
+// connectPairAt is connectPair with B's end at address b (one of B's
+// LocalIPs) and the ACK timeout given (Attr.Timeout).
+func connectPairAt(t testing.TB, n *simNet, qpn uint32, cq *testCQ, sq int, b netip.Addr, timeout uint8) *QP {
 	var qps [2]*QP
 	for i, end := range n.ends {
 		c := cq
@@ -199,15 +206,21 @@ func connectPair(t testing.TB, n *simNet, qpn uint32, cq *testCQ, sq int) *QP {
 		qps[i] = q
 	}
 	for i, q := range qps {
+		av := simAV(i)
+		if i == 0 {
+			av.DstIP = b
+		} else {
+			av.SrcIP = b
+		}
 		steps := []struct {
 			a Attr
 			m AttrMask
 		}{
 			{Attr{State: StateInit, PKey: 0xffff, Port: 1, AccessFlags: AccessLocalWrite | AccessRemoteWrite},
 				AttrState | AttrPKey | AttrPort | AttrAccessFlags},
-			{Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: qpn, RQPSN: bthPSN(qpn * 977), MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: simAV(i)},
+			{Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: qpn, RQPSN: bthPSN(qpn * 977), MaxDestRdAtomic: 1, MinRNRTimer: 1, AV: av},
 				AttrState | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer | AttrAV},
-			{Attr{State: StateRTS, SQPSN: bthPSN(qpn * 977), Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			{Attr{State: StateRTS, SQPSN: bthPSN(qpn * 977), Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 				AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic},
 		}
 		for _, s := range steps {

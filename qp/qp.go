@@ -63,6 +63,13 @@ type Engine struct {
 	maxInflight int
 	line        []*QP
 	lineHead    int
+	// The budget's peers: their accounts by remote address, how many
+	// have packets in flight or QPs stopped, the share of each then, and
+	// the peers with QPs stopped.
+	peers       map[netip.Addr]*peer
+	activePeers int
+	share       int
+	stopped     []*peer
 	cc          ccState
 	stats       Stats
 }
@@ -144,7 +151,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
-	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP), maxInflight: max(cfg.MaxInflight, 1), cc: cc}
+	e := &Engine{out: cfg.Out, mtu: cfg.PortMTU, qps: make(map[uint32]*QP), maxInflight: max(cfg.MaxInflight, 1), cc: cc,
+		peers: map[netip.Addr]*peer{}}
+	e.share = e.maxInflight
 	for _, a := range cfg.LocalIPs {
 		e.local = append(e.local, a.Unmap())
 	}
@@ -211,6 +220,8 @@ type QP struct {
 	// after an ACK timeout, until progress.
 	charged    int
 	inLine     bool
+	peer       *peer
+	inPeerLine bool
 	turn       bool
 	turnSent   int
 	ackNow     bool
@@ -360,6 +371,7 @@ func (q *QP) Destroy() {
 	q.state = StateReset
 	q.destroyed = true
 	q.recharge()
+	q.detachPeer()
 }
 
 // Stats returns the QP's counters.
@@ -382,6 +394,9 @@ func (q *QP) Type() Type { return q.typ }
 func (q *QP) UDPSourcePort() uint16 { return q.sport }
 
 func (q *QP) setAV(av *AddressVector) {
+	if q.peer != nil && q.peer.addr != av.DstIP.Unmap() {
+		q.detachPeer() // recharge attaches it to its new peer
+	}
 	q.ff.SrcMAC, q.ff.DstMAC = av.SrcMAC, av.DstMAC
 	q.ff.SrcIP, q.ff.DstIP = av.SrcIP, av.DstIP
 	q.ff.TOS, q.ff.TTL, q.ff.FlowLabel = q.e.cc.tos(av.TrafficClass), av.HopLimit, av.FlowLabel
