@@ -104,7 +104,7 @@ func TestConformServeCNP(t *testing.T) {
 	}
 	r := rep.Results[0]
 	t.Logf("%-26s %-5v %s", r.Name, r.Verdict, r.Observed)
-	t.Logf("client: %s", perfCCLineRE.FindString(rc.Stderr))
+	t.Logf("client: %s", clitest.CCLineRE.FindString(rc.Stderr))
 	if r.Verdict == conform.Fail {
 		t.Errorf("%s: FAIL against xroce's requester: %s", r.Name, r.Observed)
 	}
@@ -117,11 +117,11 @@ func TestConformServeCNP(t *testing.T) {
 	if sent == 0 {
 		t.Errorf("the puppet sent no CNPs: %s", r.Observed)
 	}
-	rx := ccFig(t, "client", rc.Stderr, "rx_cnp")
+	rx := clitest.CCFig(t, "client", rc.Stderr, "rx_cnp")
 	if rx == 0 || sent > 0 && rx > uint64(sent) {
 		t.Errorf("client: received %d CNPs, want 1..%d (the puppet's)", rx, sent)
 	}
-	if cuts, low := ccFig(t, "client", rc.Stderr, "rate_cuts"), ccFig(t, "client", rc.Stderr, "rate_lowest"); cuts == 0 || low == 0 {
+	if cuts, low := clitest.CCFig(t, "client", rc.Stderr, "rate_cuts"), clitest.CCFig(t, "client", rc.Stderr, "rate_lowest"); cuts == 0 || low == 0 {
 		t.Errorf("client: %d rate cuts, lowest rate %d b/s; want DCQCN to have cut the rate", cuts, low)
 	}
 }

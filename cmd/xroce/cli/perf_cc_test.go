@@ -5,11 +5,10 @@ package cli
 import (
 	"bytes"
 	"context"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
 )
@@ -22,27 +21,6 @@ func TestPerfMarkCEBadFlags(t *testing.T) {
 			t.Errorf("--mark-ce %s: %v (exit %d), want exit 2 with 'want a fraction from 0 to 1'", v, err, ExitCode(err))
 		}
 	}
-}
-
-// perfCCLineRE matches perf's congestion control line; ccFig reads one of
-// its figures.
-var perfCCLineRE = regexp.MustCompile(`(?m)^perf: congestion control: .*$`)
-
-func ccFig(t *testing.T, who, stderr, name string) uint64 {
-	t.Helper()
-	l := perfCCLineRE.FindString(stderr)
-	f := strings.Fields(l)
-	for i := range f[:max(len(f)-1, 0)] {
-		if f[i] == name {
-			v, err := strconv.ParseUint(f[i+1], 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %s %q in %q", who, name, f[i+1], l)
-			}
-			return v
-		}
-	}
-	t.Fatalf("%s: no %s on a congestion control line in stderr:\n%s", who, name, stderr)
-	return 0
 }
 
 // TestPerfMarkCE: the server's XDP program marks 5% of the client's WRITEs
@@ -58,15 +36,15 @@ func TestPerfMarkCE(t *testing.T) {
 	if strings.Contains(rs.Stderr, "AF_PACKET") {
 		t.Skipf("no AF_XDP on the veth, so no XDP program to mark: %s", rs.Stderr)
 	}
-	t.Logf("server: %s\nclient: %s", perfCCLineRE.FindString(rs.Stderr), perfCCLineRE.FindString(rc.Stderr))
-	marked, ce, cnps := ccFig(t, "server", rs.Stderr, "xdp_marked_ce"), ccFig(t, "server", rs.Stderr, "rx_ce"), ccFig(t, "server", rs.Stderr, "tx_cnp")
+	t.Logf("server: %s\nclient: %s", clitest.CCLineRE.FindString(rs.Stderr), clitest.CCLineRE.FindString(rc.Stderr))
+	marked, ce, cnps := clitest.CCFig(t, "server", rs.Stderr, "xdp_marked_ce"), clitest.CCFig(t, "server", rs.Stderr, "rx_ce"), clitest.CCFig(t, "server", rs.Stderr, "tx_cnp")
 	if marked == 0 || ce != marked || cnps == 0 || cnps > ce {
 		t.Errorf("server: XDP marked %d, received %d CE-marked, sent %d CNPs; want as many received as marked, and 1..that many CNPs", marked, ce, cnps)
 	}
-	if rx := ccFig(t, "client", rc.Stderr, "rx_cnp"); rx == 0 || rx > cnps {
+	if rx := clitest.CCFig(t, "client", rc.Stderr, "rx_cnp"); rx == 0 || rx > cnps {
 		t.Errorf("client: received %d CNPs, want 1..%d (the server's)", rx, cnps)
 	}
-	if cuts, low := ccFig(t, "client", rc.Stderr, "rate_cuts"), ccFig(t, "client", rc.Stderr, "rate_lowest"); cuts == 0 || low == 0 {
+	if cuts, low := clitest.CCFig(t, "client", rc.Stderr, "rate_cuts"), clitest.CCFig(t, "client", rc.Stderr, "rate_lowest"); cuts == 0 || low == 0 {
 		t.Errorf("client: %d rate cuts, lowest rate %d b/s; want cuts and a rate", cuts, low)
 	}
 }

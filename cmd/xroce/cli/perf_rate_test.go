@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
 )
@@ -77,7 +78,7 @@ func TestPerfRateLimit(t *testing.T) {
 				append([]string{"perf", "-d", p.A.Ifname}, flags...))
 			checkPerf(t, "client", rc, perftest.ResultBW, []int{65536}, 100)
 			checkPerf(t, "server", rs, perftest.ResultBW, []int{65536}, 100)
-			l := perfBWLineRE.FindStringSubmatch(rc.Stdout)
+			l := clitest.BWLineRE.FindStringSubmatch(rc.Stdout)
 			avg, _ := strconv.ParseFloat(l[4], 64)
 			t.Logf("limit %.2f MB/s: client reports %.2f MB/s", tc.limit, avg)
 			// The first burst goes at once: 100 messages take the time of

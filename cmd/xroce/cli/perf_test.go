@@ -21,12 +21,8 @@ import (
 )
 
 var (
-	// perfBWLineRE is a bandwidth line: BW with 2 decimals, or 6 when
-	// --report_gbits reports under 0.1 Gb/s (perftest's REPORT_FMT_EXT).
-	perfBWLineRE  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d(?:\d{4})?)\s+(\d+\.\d\d(?:\d{4})?)\s+(\d+\.\d{6})$`)
-	perfLatLineRE = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)(\s+\d+\.\d\d){7}\s*$`)
-	perfAddrRE    = regexp.MustCompile(`(?m)^ (local|remote) address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}`)
-	perfGIDRE     = regexp.MustCompile(`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:0[12]$`)
+	perfAddrRE = regexp.MustCompile(`(?m)^ (local|remote) address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6}`)
+	perfGIDRE  = regexp.MustCompile(`(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:0[12]$`)
 )
 
 // checkPerf checks a perf run's output: banner, addresses, the table
@@ -37,9 +33,9 @@ func checkPerf(t *testing.T, who string, r clitest.Result, hdr string, sizes []i
 		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", who, r.Err, r.Stdout, r.Stderr)
 	}
 	out := r.Stdout
-	re := perfBWLineRE
+	re := clitest.BWLineRE
 	if hdr == perftest.ResultLat {
-		re = perfLatLineRE
+		re = clitest.LatLineRE
 	}
 	if hdr != "" && !strings.Contains(out, hdr+"\n") || !strings.Contains(out, "Test\n Dual-port       : OFF") ||
 		len(perfAddrRE.FindAllString(out, -1)) < 2 || len(perfGIDRE.FindAllString(out, -1)) < 2 {

@@ -3,7 +3,8 @@
 // network namespace or as a server and its client in two (netns_linux.go);
 // the race detector's stretch of their deadlines; RoCE frames and pcap files
 // made for a test, the real captures in bth/testdata, and dump's summary line
-// read back (frames.go, summary.go).
+// read back (frames.go, summary.go); perf's result and congestion control
+// lines (perf.go).
 package clitest
 
 import (
