@@ -4,6 +4,7 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/dump"
 	"github.com/xroce/xroce/cmd/xroce/internal/lab"
+	"github.com/xroce/xroce/cmd/xroce/internal/perf"
 	"github.com/xroce/xroce/cmd/xroce/internal/pingpong"
 	"github.com/xroce/xroce/cmd/xroce/internal/rcopy"
 	"github.com/xroce/xroce/cmd/xroce/internal/rdmaep"
@@ -21,6 +22,7 @@ import (
 var commands = []base.Command{
 	dump.Cmd,
 	lab.Cmd,
+	perf.Cmd,
 	pingpong.Cmd,
 	rcopy.Cmd,
 	rdmaep.Client,

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
@@ -28,9 +29,9 @@ func TestPerfRateBadFlags(t *testing.T) {
 		{[]string{"perf", "write_bw", "--rate_limit", "1", "--rate_limit_type", "PP"}, "packet pacing is for Raw Ethernet"},
 	} {
 		var out, errb bytes.Buffer
-		err := Run(context.Background(), tc.args, &out, &errb)
-		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v (exit %d), want exit 2 with %q", tc.args, err, ExitCode(err), tc.want)
+		err := runCmd(context.Background(), tc.args, &out, &errb)
+		if base.ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v (exit %d), want exit 2 with %q", tc.args, err, base.ExitCode(err), tc.want)
 		}
 	}
 }

@@ -3,7 +3,7 @@
 // The test loops: bandwidth (client and send_bw's receiver) and latency
 // (write, read and send ping-pongs), and the work requests they post.
 
-package cli
+package perf
 
 import (
 	"context"

@@ -4,7 +4,7 @@
 // mark a fraction of the frames it receives CE as a congested switch would,
 // and the line of congestion control counters a run prints at its end.
 
-package cli
+package perf
 
 import (
 	"flag"

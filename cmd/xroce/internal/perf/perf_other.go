@@ -1,6 +1,6 @@
 //go:build !linux
 
-package cli
+package perf
 
 import (
 	"context"
@@ -9,9 +9,8 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
-func init() {
-	register("perf", "perftest-style bandwidth and latency tests (Linux only)", runLinuxOnly)
-}
+// Cmd is xroce perf, which needs Linux.
+var Cmd = base.Command{Name: "perf", Summary: "perftest-style bandwidth and latency tests (Linux only)", Run: runLinuxOnly}
 
 func runLinuxOnly(context.Context, *base.Env, []string) error {
 	return errors.New("this command needs Linux (AF_XDP or AF_PACKET)")

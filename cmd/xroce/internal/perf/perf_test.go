@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
@@ -240,7 +241,7 @@ func TestPerfStyle2501(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if err := Run(ctx, []string{"perf", "write_bw", "--perftest", "24.10"}, &out, &errb); ExitCode(err) != 2 {
-		t.Errorf("--perftest 24.10: exit %d, want 2 (%v)", ExitCode(err), err)
+	if err := runCmd(ctx, []string{"perf", "write_bw", "--perftest", "24.10"}, &out, &errb); base.ExitCode(err) != 2 {
+		t.Errorf("--perftest 24.10: exit %d, want 2 (%v)", base.ExitCode(err), err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
@@ -16,9 +17,9 @@ import (
 func TestPerfMarkCEBadFlags(t *testing.T) {
 	for _, v := range []string{"-0.1", "1.5"} {
 		var out, errb bytes.Buffer
-		err := Run(context.Background(), []string{"perf", "write_bw", "--mark-ce", v}, &out, &errb)
-		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), "want a fraction from 0 to 1") {
-			t.Errorf("--mark-ce %s: %v (exit %d), want exit 2 with 'want a fraction from 0 to 1'", v, err, ExitCode(err))
+		err := runCmd(context.Background(), []string{"perf", "write_bw", "--mark-ce", v}, &out, &errb)
+		if base.ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), "want a fraction from 0 to 1") {
+			t.Errorf("--mark-ce %s: %v (exit %d), want exit 2 with 'want a fraction from 0 to 1'", v, err, base.ExitCode(err))
 		}
 	}
 }

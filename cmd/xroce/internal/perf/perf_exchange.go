@@ -4,7 +4,7 @@
 // barriers between phases and the end of a run, over TCP or rdma_cm's
 // control connection (perf_rdmacm.go).
 
-package cli
+package perf
 
 import (
 	"context"

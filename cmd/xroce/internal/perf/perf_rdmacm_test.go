@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xroce/xroce/cm"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 	"github.com/xroce/xroce/internal/perftest"
@@ -102,7 +103,7 @@ func runInBuf(ctx context.Context, h *netns.Host, out *clitest.SyncBuffer, args 
 	c := make(chan clitest.Result, 1)
 	go func() {
 		var errb clitest.SyncBuffer
-		err := h.Do(func() error { return Run(ctx, args, out, &errb) })
+		err := h.Do(func() error { return runCmd(ctx, args, out, &errb) })
 		c <- clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}
 	}()
 	return c
@@ -294,7 +295,7 @@ func TestPerfRdmaCMErrors(t *testing.T) {
 		}
 	}
 	r := <-runIn(ctx, p.A, "perf", "write_bw", "-R", "-d", p.A.Ifname, "-p", "18721", "-timeout", "60s", "-stat-dir", "", p.B.IP.String())
-	if r.Err == nil || ExitCode(r.Err) != 1 || !strings.Contains(r.Err.Error(), "nothing listens on port 18721 (is the server running, with -R?)") {
+	if r.Err == nil || base.ExitCode(r.Err) != 1 || !strings.Contains(r.Err.Error(), "nothing listens on port 18721 (is the server running, with -R?)") {
 		t.Errorf("client of a port nobody listens on: %v", r.Err)
 	}
 	scancel()
@@ -402,7 +403,7 @@ func TestPerfRdmaCMUDNoListener(t *testing.T) {
 	flags := []string{"send_bw", "-R", "-n", "10", "-p", "18740", "-timeout", "1s", "-stat-dir", ""}
 	rs, rc := cmClientServer(t, p, append([]string{"perf", "-d", p.B.Ifname}, flags...),
 		append([]string{"perf", "-d", p.A.Ifname, "-c", "UD"}, flags...))
-	if rc.Err == nil || ExitCode(rc.Err) != 1 || !strings.Contains(rc.Err.Error(), "nothing listens on UDP port 18740 (is the server running, with -R -c UD?)") {
+	if rc.Err == nil || base.ExitCode(rc.Err) != 1 || !strings.Contains(rc.Err.Error(), "nothing listens on UDP port 18740 (is the server running, with -R -c UD?)") {
 		t.Errorf("UD client of an RC server: %v", rc.Err)
 	}
 	if rs.Err == nil {

@@ -3,7 +3,7 @@
 // The resources of a test: PD, CQs, QPs and their buffers, and this side's
 // addresses.
 
-package cli
+package perf
 
 import (
 	"math/rand/v2"

@@ -4,7 +4,7 @@
 // those): the banner, the addresses, progress lines, and the snapshot for
 // xroce stat.
 
-package cli
+package perf
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func TestPerfQPs(t *testing.T) {
 			done := make(chan clitest.Result, 1)
 			go func() {
 				var out, errb clitest.SyncBuffer
-				err := Run(ctx, args, &out, &errb)
+				err := runCmd(ctx, args, &out, &errb)
 				done <- clitest.Result{Err: err, Stdout: out.String(), Stderr: errb.String()}
 			}()
 			var r clitest.Result

@@ -3,7 +3,7 @@
 // Waiting for completions and for the peer's WRITEs: busy polling in
 // latency tests, polling then sleeping on the CQ in bandwidth tests.
 
-package cli
+package perf
 
 import (
 	"context"

@@ -1,10 +1,11 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"bytes"
 	"context"
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"strings"
 	"testing"
 )
@@ -37,9 +38,9 @@ func TestPerfBadFlags(t *testing.T) {
 		{[]string{"perf", "write_bw", "h1", "h2"}, "at most one HOST"},
 	} {
 		var out, errb bytes.Buffer
-		err := Run(context.Background(), tc.args, &out, &errb)
-		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("%q: %v (exit %d), want exit 2 and one line with %q", tc.args, err, ExitCode(err), tc.want)
+		err := runCmd(context.Background(), tc.args, &out, &errb)
+		if base.ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v (exit %d), want exit 2 and one line with %q", tc.args, err, base.ExitCode(err), tc.want)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package perf
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xroce/xroce/cmd/xroce/internal/base"
 	"github.com/xroce/xroce/cmd/xroce/internal/clitest"
 	"github.com/xroce/xroce/internal/netns"
 )
@@ -161,13 +162,13 @@ func TestPerfStreamBadFlags(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"perf", "stream"}, tc.args...)
-		err := Run(context.Background(), args, &out, &errb)
-		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("%q: %v (exit %d), want exit 2 and one line with %q", args, err, ExitCode(err), tc.want)
+		err := runCmd(context.Background(), args, &out, &errb)
+		if base.ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v (exit %d), want exit 2 and one line with %q", args, err, base.ExitCode(err), tc.want)
 		}
 	}
 	// perf's list of tests names the mode.
-	err := Run(context.Background(), []string{"perf"}, &bytes.Buffer{}, &bytes.Buffer{})
+	err := runCmd(context.Background(), []string{"perf"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "stream") {
 		t.Errorf("perf without a test: %v, want the list to name stream", err)
 	}
