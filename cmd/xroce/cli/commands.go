@@ -2,6 +2,7 @@ package cli
 
 import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
+	"github.com/xroce/xroce/cmd/xroce/internal/conform"
 	"github.com/xroce/xroce/cmd/xroce/internal/dump"
 	"github.com/xroce/xroce/cmd/xroce/internal/lab"
 	"github.com/xroce/xroce/cmd/xroce/internal/perf"
@@ -20,6 +21,7 @@ import (
 // and nowhere else. (Tools not yet in a package of their own append theirs
 // from init functions, which run after this list is made.)
 var commands = []base.Command{
+	conform.Cmd,
 	dump.Cmd,
 	lab.Cmd,
 	perf.Cmd,

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package conform
 
 import (
 	"context"
@@ -198,7 +198,7 @@ func cmNeighbor(ctx context.Context, o *conformOptions, host netip.Addr) (netip.
 // connection of its own for each check that the server's QP can host
 // (QP numbers from base), disconnected after it.
 func conformRunCM(ctx context.Context, e *base.Env, o *conformOptions, checks []*conform.Check, pl *puppetLink,
-	progress io.Writer, rep *conformReport, base uint32) error {
+	progress io.Writer, rep *Report, base uint32) error {
 	for i, c := range checks {
 		if ctx.Err() != nil {
 			return ctx.Err()

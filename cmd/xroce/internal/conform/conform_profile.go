@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package conform
 
 import (
 	"bufio"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package conform
 
 import (
 	"context"
@@ -57,9 +57,8 @@ const conformExamples = `
   xroce conform -d tap0 --serve ib_send_bw -q 8 -s 64   # then, on the device: ib_send_bw -d rxe0 -x 1 -F -q 8 -s 64 -D 30 198.18.1.1
   xroce conform -list`
 
-func init() {
-	register("conform", "probe a peer's RoCE v2 responder or requester against the specification, rule by rule", runConform)
-}
+// Cmd is xroce conform.
+var Cmd = base.Command{Name: "conform", Summary: "probe a peer's RoCE v2 responder or requester against the specification, rule by rule", Run: runConform}
 
 // conformTool is what the device under test runs: how to get its QPs and
 // what they offer.
@@ -508,7 +507,7 @@ func (o *conformOptions) start(e *base.Env) ([]*conform.Check, *puppetLink, io.W
 
 // skipUnhosted SKIPs check c (the i-th of n) without spending a QP when
 // the tool's QPs cannot host it, and says so on progress.
-func (o *conformOptions) skipUnhosted(progress io.Writer, rep *conformReport, c *conform.Check, i, n int) bool {
+func (o *conformOptions) skipUnhosted(progress io.Writer, rep *Report, c *conform.Check, i, n int) bool {
 	tmpl := o.template()
 	if tmpl.Has(c.Needs) {
 		return false
@@ -521,7 +520,7 @@ func (o *conformOptions) skipUnhosted(progress io.Writer, rep *conformReport, c 
 
 // reportRun keeps the result of the i-th of n checks, run on the QP qpn,
 // with its progress line and, with -v, its diagram between a and b.
-func (o *conformOptions) reportRun(e *base.Env, progress io.Writer, rep *conformReport, r *conform.Result, i, n int, qpn uint32, a, b netip.Addr) {
+func (o *conformOptions) reportRun(e *base.Env, progress io.Writer, rep *Report, r *conform.Result, i, n int, qpn uint32, a, b netip.Addr) {
 	rep.Results = append(rep.Results, *r)
 	fmt.Fprintf(progress, "  [%2d/%d] %-26s %-5v %5.2f s  QP %#06x\n", i+1, n, r.Name, r.Verdict, r.Duration.Seconds(), qpn)
 	if o.verbose && !o.json {
@@ -529,8 +528,8 @@ func (o *conformOptions) reportRun(e *base.Env, progress io.Writer, rep *conform
 	}
 }
 
-// conformReport is the JSON form of a run.
-type conformReport struct {
+// Report is the JSON form of a run.
+type Report struct {
 	Tool    string           `json:"tool"`
 	Host    string           `json:"host"`
 	Results []conform.Result `json:"results"`
@@ -542,7 +541,7 @@ func conformRun(ctx context.Context, e *base.Env, o *conformOptions) error {
 		return err
 	}
 	defer pl.Close()
-	rep := conformReport{Tool: o.tool.name, Host: o.host}
+	rep := Report{Tool: o.tool.name, Host: o.host}
 	var s *conformSession
 	defer func() {
 		if s != nil {
@@ -600,7 +599,7 @@ func conformRun(ctx context.Context, e *base.Env, o *conformOptions) error {
 // finish reports a run's results (the table or JSON, JUnit, the observed
 // profile, the pcap) and returns its exit status: 1 if a check FAILed,
 // or with -expect, if a verdict differs from the profile.
-func (o *conformOptions) finish(e *base.Env, pl *puppetLink, rep *conformReport) error {
+func (o *conformOptions) finish(e *base.Env, pl *puppetLink, rep *Report) error {
 	if o.json {
 		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
@@ -677,8 +676,8 @@ func conformDiagram(w io.Writer, r *conform.Result, a, b netip.Addr) {
 	fmt.Fprintln(w)
 }
 
-// junit is the little of the JUnit XML format CI systems read.
-type junitSuite struct {
+// JUnitSuite is the little of the JUnit XML format CI systems read.
+type JUnitSuite struct {
 	XMLName  xml.Name    `xml:"testsuite"`
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
@@ -701,8 +700,8 @@ type junitText struct {
 	Text    string `xml:",chardata"`
 }
 
-func writeJUnit(path string, rep *conformReport) error {
-	s := junitSuite{Name: "xroce conform " + rep.Tool + " " + rep.Host}
+func writeJUnit(path string, rep *Report) error {
+	s := JUnitSuite{Name: "xroce conform " + rep.Tool + " " + rep.Host}
 	for _, r := range rep.Results {
 		c := junitCase{Class: "conform", Name: r.Name, Time: r.Duration.Seconds(), Out: r.Verdict.String() + ": " + r.Observed}
 		switch r.Verdict {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cli
+package conform
 
 import (
 	"context"
@@ -184,7 +184,7 @@ func conformServe(ctx context.Context, e *base.Env, o *conformOptions) error {
 		return err
 	}
 	defer pl.Close()
-	rep := conformReport{Tool: o.tool.name + " (client)", Host: fmt.Sprintf("port %d", o.port)}
+	rep := Report{Tool: o.tool.name + " (client)", Host: fmt.Sprintf("port %d", o.port)}
 	fmt.Fprintf(progress, "xroce conform: serving %s on port %d on %s, %d checks of its client's requester\n", o.tool.name, o.port, o.dev, len(checks))
 	base := uint32(0x100000 + rand.IntN(0xe00000))
 	var s *serveSession
