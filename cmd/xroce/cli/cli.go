@@ -15,13 +15,6 @@ import (
 	"github.com/xroce/xroce/cmd/xroce/internal/base"
 )
 
-// register adds a subcommand of a tool that still lives in this package. It
-// is called from init functions only; a tool moved into a package of its
-// own is listed in commands.go instead.
-func register(name, summary string, run func(ctx context.Context, env *base.Env, args []string) error) {
-	commands = append(commands, base.Command{Name: name, Summary: summary, Run: run})
-}
-
 // Reported reports whether the command that returned err has printed what
 // went wrong itself, so that main adds nothing and exits with ExitCode.
 func Reported(err error) bool { return base.Reported(err) }

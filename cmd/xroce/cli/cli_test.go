@@ -55,3 +55,15 @@ func TestUsage(t *testing.T) {
 		t.Errorf("help: %v\n%s", err, out)
 	}
 }
+
+// TestCommandNames: commands.go names each command once (lookup would find
+// the first of two), and each has a summary for the help.
+func TestCommandNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range commands {
+		if c.Name == "" || seen[c.Name] || c.Summary == "" || c.Run == nil {
+			t.Errorf("command %q: empty, listed twice, or no summary or Run", c.Name)
+		}
+		seen[c.Name] = true
+	}
+}

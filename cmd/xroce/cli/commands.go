@@ -18,8 +18,9 @@ import (
 )
 
 // commands are the subcommands: every tool package's commands, listed here
-// and nowhere else. (Tools not yet in a package of their own append theirs
-// from init functions, which run after this list is made.)
+// and nowhere else. A tool package exports its command as Cmd (rdmaep:
+// Server and Client) and imports no other tool package
+// (TestToolsImportNoTool).
 var commands = []base.Command{
 	conform.Cmd,
 	dump.Cmd,
