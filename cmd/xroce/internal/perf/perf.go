@@ -53,8 +53,8 @@ const perfExamples = `  xroce perf write_bw -d eth0                      # serve
   xroce perf send_bw -R -c UD 198.18.0.1          # UD QPs found with SIDR (ib_send_bw -R -c UD)
   ib_write_bw -d rxe0 -x 1 198.18.0.2              # perftest as the client of an xroce server`
 
-// Cmd is xroce perf: perftest's tests, and its own (perf qps, perf cc,
-// perf stream).
+// Cmd is xroce perf: perftest's tests, and its own (perf qps, perf
+// stream).
 var Cmd = base.Command{Name: "perf", Summary: "perftest-style bandwidth and latency tests (ib_write_bw & co), interoperable with perftest", Run: runPerf}
 
 // perfTest is one of the tests.
