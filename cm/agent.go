@@ -353,10 +353,11 @@ func (a *Agent) do(f func(now time.Duration) error) error {
 // current kernel, see Engine.Answering). Close also waits while a DREQ
 // of ours (Conn.Close, or Close itself) is in its first wait for a DREP,
 // so that a DREQ of the peer's crossing it is answered; a peer that
-// answers neither costs that one wait (Engine.Disconnecting). Close waits by default rather
-// than by an option because every program that exits after a
-// disconnect needs it, and the wait, bounded, costs nothing when no
-// connection answered a DREQ.
+// answers neither costs that one wait (Engine.Disconnecting). Close
+// waits by default rather than by an option because every program that
+// exits after a disconnect needs it, and the wait, bounded, costs
+// nothing when no connection answered a DREQ and every DREQ of ours was
+// answered.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.mu.Lock()

@@ -621,11 +621,12 @@ func (e *Engine) Answering() (n int, until time.Duration) {
 
 // Disconnecting returns the connections whose first DREQ is still
 // waiting for its DREP, and when the last of those waits ends. Until
-// then the peer may be sending a DREQ of its own (crossing DREQs, IBTA
-// 12.9.8.8), which only a live CM answers: the kernel's CM outlives the
-// process that destroyed its id and answers it from time-wait, an
-// Agent answers it while Close waits. A DREQ that had to be resent
-// (lost, or a peer gone) is not waited for.
+// then the peer may be sending a DREQ of its own (crossing DREQs, which
+// the kernel's cm_dreq_handler takes in DREQ_SENT), and only a live CM
+// answers it: the kernel's CM outlives the process that destroyed its
+// id and answers from time-wait, an Agent answers while Close waits. A
+// DREQ that had to be resent (lost, or a peer gone) is not waited for.
+// It visits every connection: Agent.Close alone calls it, a few times.
 func (e *Engine) Disconnecting() (n int, until time.Duration) {
 	for _, c := range e.conns {
 		if c.state == StateDreqSent && c.retries == c.maxRetry {
