@@ -2225,6 +2225,9 @@ mode_compare() {
 
 for m in ${XROCE_MODE//,/ }; do
 	t0=$(now)
+	# interop/run's XROCE_INTEROP_PANIC: the kernel dies here, as it has
+	# under TCG, to try how the host handles it.
+	[ "$m" = "${XROCE_PANIC:-}" ] && echo c >/proc/sysrq-trigger
 	case $m in
 	selftest | loss | tap | xroce | xloss | cm | cmloss | conform | compare) "mode_$m" ;;
 	*) result "$m" FAIL "$t0" "unknown mode" ;;
