@@ -37,10 +37,15 @@ echo "$(cut -d' ' -f1 /proc/uptime)" >/out/boot-seconds
 
 RESULTS=/out/results.tsv
 now() { cut -d' ' -f1 /proc/uptime; }
-# result NAME STATUS T0 DETAIL: one row, seconds since T0.
+# result NAME STATUS T0 DETAIL: one row, seconds since T0; the detail's tabs
+# and line breaks (a check that printed several lines) become "; ", so that a
+# row stays one line of four fields.
 result() {
-	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk -v a="$3" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" "$4" >>"$RESULTS"
-	echo "guest: $2 $1 ($4)"
+	local d=${4//$'\r'/}
+	d=${d//$'\t'/; }
+	d=${d//$'\n'/; }
+	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk -v a="$3" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" "$d" >>"$RESULTS"
+	echo "guest: $2 $1 ($d)"
 }
 
 # XROCE_ROWS (kernel parameter, comma-separated shell patterns) limits the
