@@ -88,6 +88,7 @@ func (c *CQ) signalLocked(sol bool) {
 		c.armed = false
 		select {
 		case c.notify <- struct{}{}:
+			c.d.readied.Store(true)
 		default:
 		}
 	}
@@ -95,6 +96,7 @@ func (c *CQ) signalLocked(sol bool) {
 		c.armedSol = false
 		select {
 		case c.solicited <- struct{}{}:
+			c.d.readied.Store(true)
 		default:
 		}
 	}

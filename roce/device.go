@@ -162,6 +162,11 @@ type Device struct {
 	done    chan struct{} // closed by Close
 
 	eventsDropped atomic.Uint64
+	// readied is set when a CQ notification was delivered (see
+	// CQ.signalLocked), which makes the goroutine waiting on it runnable
+	// in the run queue of the goroutine that delivered it; that
+	// goroutine yields before it sleeps on a link (watch.sleep).
+	readied atomic.Bool
 
 	// mu guards closed, nextQPN, qpnRand, rr and the object sets.
 	mu      sync.Mutex

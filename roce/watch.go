@@ -3,6 +3,7 @@ package roce
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,15 @@ type watch struct {
 	// sleep, and cleared when the callback runs again: a goroutine that
 	// queues work for the sleeper pokes it only then.
 	asleep atomic.Bool
+	// yield, when set, makes the next sleep yield the processor first
+	// (runtime.Gosched) and is cleared: set when the sleeper has made
+	// another goroutine runnable (the Device's readied). That goroutine
+	// waits in this P's run queue, and while this thread blocks in ppoll
+	// with the P attached and no other P is idle to steal it, nothing
+	// runs it until sysmon retakes the P, milliseconds later on a quiet
+	// process. An unconditional yield would hand the P to any goroutine
+	// that spins on its CQ, for a whole time slice.
+	yield *atomic.Bool
 	// fdMu orders pokes, which may come from any goroutine at any time
 	// (a context's end), before close.
 	fdMu     sync.RWMutex
@@ -74,9 +84,10 @@ type watch struct {
 
 // newWatch makes a watch of the descriptor sock, which stays its owner's;
 // switchable says whether its interest can be switched (setInterest),
-// else it listens to the socket whenever it sleeps.
-func newWatch(sock int, switchable bool) (_ *watch, err error) {
-	x := &watch{sock: sock, ep: -1, efd: -1, ev: unix.EpollEvent{Fd: int32(sock)}}
+// else it listens to the socket whenever it sleeps; yield is the flag
+// that makes a sleep yield first (see watch.yield), nil for none.
+func newWatch(sock int, switchable bool, yield *atomic.Bool) (_ *watch, err error) {
+	x := &watch{sock: sock, ep: -1, efd: -1, ev: unix.EpollEvent{Fd: int32(sock)}, yield: yield}
 	defer func() {
 		if err != nil {
 			x.close()
@@ -132,6 +143,9 @@ func (x *watch) poke() {
 // again, until ready returns true.
 func (x *watch) sleep(ready func() bool) {
 	for !ready() {
+		if x.yield != nil && x.yield.Load() && x.yield.Swap(false) {
+			runtime.Gosched()
+		}
 		tsp := (*unix.Timespec)(nil)
 		if !x.until.IsZero() {
 			d := time.Until(x.until)

@@ -111,8 +111,8 @@ func newWorker(d *Device, id int, l link.Link, nlinks int) (*worker, error) {
 		w.concurrentTX = true
 	}
 	if f, ok := l.(fdLink); ok && !d.cfg.noGoroutines && !d.cfg.BusyPoll {
-		if w.wk, err = newWatch(f.FD(), true); err == nil {
-			if w.wa, err = newWatch(f.FD(), false); err != nil {
+		if w.wk, err = newWatch(f.FD(), true, &d.readied); err == nil {
+			if w.wa, err = newWatch(f.FD(), false, &d.readied); err != nil {
 				w.wk.close()
 				w.wk = nil
 			}

@@ -78,11 +78,15 @@ type Conn struct {
 	rwcs     [16]roce.WC  // a spinning Read's completions
 	spinning atomic.Int32 // Reads polling the CQ
 	spun     chan struct{}
+	// readied says that a broadcast woke a goroutine blocked in
+	// waitLocked; the pump yields before it sleeps (see pump).
+	readied atomic.Bool
 
 	// mu guards everything below; wake is closed and replaced whenever
 	// the state changes, to wake every waiter.
-	mu   sync.Mutex
-	wake chan struct{}
+	mu      sync.Mutex
+	wake    chan struct{}
+	waiting int // goroutines in waitLocked
 	// Receive side: positions in the local ring (bytes since the start).
 	head, tail uint64
 	finRcvd    bool
@@ -191,13 +195,20 @@ func (c *Conn) start() {
 func (c *Conn) broadcastLocked() {
 	close(c.wake)
 	c.wake = make(chan struct{})
+	if c.waiting > 0 {
+		c.readied.Store(true)
+	}
 }
 
 // waitLocked waits, with c.mu released, for a state change or until dl.
 func (c *Conn) waitLocked(dl time.Time) {
 	ch := c.wake
+	c.waiting++
 	c.mu.Unlock()
-	defer c.mu.Lock()
+	defer func() {
+		c.mu.Lock()
+		c.waiting--
+	}()
 	if dl.IsZero() {
 		<-ch
 		return
@@ -310,6 +321,13 @@ func (c *Conn) pump(ctx context.Context) {
 				return
 			}
 			continue
+		}
+		// A reader this goroutine woke waits in its P's run queue;
+		// CQ.Wait blocks this thread in ppoll with the P attached,
+		// and nothing would run the reader until sysmon retakes the
+		// P (see roce's watch.yield). Let it run first.
+		if c.readied.Swap(false) {
+			runtime.Gosched()
 		}
 		if err := c.cq.Wait(ctx); err != nil {
 			if ctx.Err() == nil {
