@@ -7,17 +7,24 @@
 # when they are there. Ratios mean something within one run only.
 #
 # Usage (root): internal/benchreport/sidebyside.sh OLD-REV NEW-REV [ROUNDS]   (default 2 rounds,
-# about 3.5 minutes each). Traffic stays in namespaces it makes (198.18.0.1 and .2); every load
-# is bounded by -D, -n or a timeout.
+# about 3.5 minutes each), or sidebyside.sh -record [ROUNDS]: the working tree's rounds alone,
+# labelled with git describe --dirty (make bench-paths compares them with docs/bench-paths.txt).
+# go run ./internal/benchpaths FILE... tabulates either output. Traffic stays in namespaces it
+# makes (198.18.0.1 and .2); every load is bounded by -D, -n or a timeout.
 set -u
-[ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 2 ] || [ "${1:-}" = -record ] || { sed -n '2,13p' "$0"; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "sidebyside: run as root (namespaces, XDP)" >&2; exit 1; }
 top=$(git rev-parse --show-toplevel) || exit 1
 out=${SIDEBYSIDE_DIR:-/tmp/xroce-sidebyside}
 rounds=${3:-2}
 mkdir -p "$out"
-build() { # build REV: binaries of REV in $out/REV
+build() { # build REV [TREE]: binaries of REV (from TREE, else a worktree of REV) in $out/REV
 	local rev=$1 d="$out/$1" wt="$out/wt-$1"
+	if [ -n "${2:-}" ]; then
+		rm -rf "$d" && mkdir -p "$d" && (cd "$2" && CGO_ENABLED=0 go build -o "$d/xroce" ./cmd/xroce &&
+			for p in qp roce stream; do go test -c -o "$d/$p.test" ./$p || exit 1; done) || exit 1
+		return
+	fi
 	[ -x "$d/xroce" ] && return
 	git -C "$top" worktree add -q --detach "$wt" "$rev" || exit 1
 	mkdir -p "$d"
@@ -73,6 +80,15 @@ round() { # round REV
 	(cd "$top/qp" && timeout 300 "$b/qp.test" -test.run '^$' -test.bench . -test.benchtime 1s 2>&1 | grep ^Benchmark)
 }
 trap netns_down EXIT
+if [ "$1" = -record ]; then
+	rounds=${2:-1}
+	rev=$(git -C "$top" describe --always --dirty --abbrev=7) || exit 1
+	build "$rev" "$top"; anchors
+	echo "sidebyside: record $rev, $(date -u +%Y-%m-%dT%H:%MZ), $rounds rounds, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	for i in $(seq "$rounds"); do round "$rev"; done
+	echo "sidebyside: done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	exit 0
+fi
 old=$(git -C "$top" rev-parse --short "$1") && new=$(git -C "$top" rev-parse --short "$2") || exit 1
 build "$old"; build "$new"; anchors
 echo "sidebyside: $old vs $new, $rounds rounds, load average $(cut -d' ' -f1-3 /proc/loadavg)"
