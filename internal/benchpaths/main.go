@@ -47,7 +47,7 @@ func run(args []string, w io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("usage: benchpaths [-old REV] [-new REV] [-moved 0.2] FILE...")
+		return errors.New("usage: benchpaths [-old REV] [-new REV] [-moved 0.2] FILE")
 	}
 	s := newSet()
 	for _, name := range fs.Args() {
