@@ -68,8 +68,9 @@ type watch struct {
 	// queues work for the sleeper pokes it only then.
 	asleep atomic.Bool
 	// yield, when set, makes the next sleep yield the processor first
-	// (runtime.Gosched) and is cleared: set when the sleeper has made
-	// another goroutine runnable (the Device's readied). That goroutine
+	// (runtime.Gosched) and is cleared. It is the Device's readied, set
+	// when a CQ notification was delivered, most often by the sleeper's
+	// own receive work just before it sleeps: the goroutine it woke
 	// waits in this P's run queue, and while this thread blocks in ppoll
 	// with the P attached and no other P is idle to steal it, nothing
 	// runs it until sysmon retakes the P, milliseconds later on a quiet
