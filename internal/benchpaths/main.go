@@ -1,8 +1,9 @@
 // Command benchpaths compares the figures of every user path between two
 // revisions from the output of internal/benchreport/sidebyside.sh: RC
 // WRITE bandwidth and SEND latency, UD SEND bandwidth, perf qps -cm (rate
-// and CM setup rate per QP count), streams, roce's veth benchmarks, the
-// engine's, and the anchors (Go TCP ping-pong, raw UDP GSO/GRO) measured
+// and CM setup rate per QP count), perf stream (both protocols' rates, CPU
+// per GB and ping-pong beside TCP's, and their ratios to TCP's), stream's
+// and roce's veth benchmarks, the engine's, and the anchors (Go TCP ping-pong, raw UDP GSO/GRO) measured
 // in the same rounds.
 //
 //	go run ./internal/benchpaths FILE...            the first two revisions found
@@ -132,7 +133,8 @@ func (s *set) parse(r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	var rev, test string
-	var lines int // data lines seen in the test
+	var lines int   // data lines seen in the test
+	var size string // perf stream's write size of the lines being read
 	for sc.Scan() {
 		t := strings.TrimSpace(sc.Text())
 		switch {
@@ -140,7 +142,7 @@ func (s *set) parse(r io.Reader) error {
 			rev, test = strings.TrimSpace(t[4:]), ""
 			continue
 		case strings.HasPrefix(t, "== "):
-			test, lines = strings.TrimSpace(t[3:]), 0
+			test, lines, size = strings.TrimSpace(t[3:]), 0, ""
 			continue
 		case rev == "" || t == "":
 			continue
@@ -163,6 +165,8 @@ func (s *set) parse(r io.Reader) error {
 			if m := udpLine.FindStringSubmatch(t); m != nil {
 				s.addNum(rev, "anchor: raw UDP GSO/GRO", "Gbit/s", false, m[1])
 			}
+		case strings.HasPrefix(test, "perf stream"):
+			size = s.addStream(rev, size, f)
 		case strings.HasPrefix(test, "perf qps") && len(f) >= 9:
 			q := "perf qps " + f[0] + " QPs × " + f[1] + " B"
 			s.addNum(rev, q, "Gbit/s", false, f[2])
@@ -176,6 +180,30 @@ func (s *set) parse(r io.Reader) error {
 		}
 	}
 	return sc.Err()
+}
+
+// addStream takes a line of xroce perf stream's tables (f, its fields)
+// and returns the write size the lines after it belong to: per write size
+// and transport the rate and CPU per GB, and the xroce/tcp and
+// rsocket/tcp ratios of both; per transport the ping-pong's p50, and its
+// ratios to TCP's.
+func (s *set) addStream(rev, size string, f []string) string {
+	switch {
+	case len(f) >= 2 && (f[1] == "KiB" || f[1] == "MiB" || f[1] == "B") && f[2] == "ping-pong":
+		return "ping-pong"
+	case len(f) >= 7 && (f[1] == "KiB" || f[1] == "MiB"):
+		size = f[0] + " " + f[1]
+		s.addNum(rev, "perf stream "+size+" "+f[2], "Gbit/s", false, f[4])
+		s.addNum(rev, "perf stream "+size+" "+f[2]+" CPU", "s/GB", true, f[5])
+	case len(f) == 3 && strings.HasSuffix(f[0], "/tcp") && size != "" && size != "ping-pong":
+		s.addNum(rev, "perf stream "+size+" "+f[0], "×", false, strings.TrimSuffix(f[1], "x"))
+		s.addNum(rev, "perf stream "+size+" "+f[0]+" CPU", "×", true, strings.TrimSuffix(f[2], "x"))
+	case len(f) == 2 && strings.HasSuffix(f[0], "/tcp") && size == "ping-pong":
+		s.addNum(rev, "perf stream ping-pong p50 "+f[0], "×", true, strings.TrimSuffix(f[1], "x"))
+	case len(f) == 5 && size == "ping-pong":
+		s.addNum(rev, "perf stream ping-pong p50 "+f[0], "µs", true, f[2])
+	}
+	return size
 }
 
 func (s *set) addNum(rev, name, unit string, lower bool, v string) {

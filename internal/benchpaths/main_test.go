@@ -91,6 +91,49 @@ func TestCompareMarksMoves(t *testing.T) {
 	}
 }
 
+// perfStream is xroce perf stream's output with the ping-pong p50 given.
+func perfStream(rev, p50 string) string {
+	return `=== ` + rev + `
+== perf stream: both protocols beside TCP, in one process
+xroce perf stream: 198.18.0.1 -> 198.18.0.2 on xr22357-1a; direct path: off; 2 s per test
+
+ write size   transport         MiB     Gbit/s     cpu-s/GB (both ends)   direct
+ 4 KiB        xroce             390       1.63                     6.66     0.0%
+ 4 KiB        rsocket           354       1.48                     7.25     0.0%
+ 4 KiB        tcp               546       2.29                     5.13        -
+              xroce/tcp                  0.71x                    1.30x
+              rsocket/tcp                 0.65x                    1.41x
+ 64 KiB       xroce             540       2.26                     4.76     0.0%
+              xroce/tcp                  0.53x                    1.99x
+
+ 64 B ping-pong          round trips     p50 µs     p99 µs     avg µs
+ xroce                         4608      ` + p50 + `      973.4      450.7
+ tcp                          68608       25.3      103.7       29.2
+ xroce/tcp                              16.23x
+`
+}
+
+func TestComparePerfStream(t *testing.T) {
+	out := runOn(t, nil, perfStream("aaa1111", "411.0")+perfStream("bbb2222", "82.2"))
+	for _, c := range []struct{ name, want string }{
+		{"perf stream 4 KiB xroce", `Gbit/s +1\.63 +1\.63 +1\.00×$`},
+		{"perf stream 4 KiB rsocket CPU", `s/GB +7\.25 .*1\.00×$`},
+		{"perf stream 4 KiB rsocket/tcp", `0\.65 .*1\.00×$`},
+		{"perf stream 4 KiB xroce/tcp CPU", `1\.30 .*1\.00×$`},
+		{"perf stream 64 KiB xroce/tcp", `0\.53 .*1\.00×$`},
+		{"perf stream ping-pong p50 xroce", `µs +411\.0 +82\.2 +0\.20× >>$`},
+		{"perf stream ping-pong p50 tcp", `25\.3 .*1\.00×$`},
+		{"perf stream ping-pong p50 xroce/tcp", `16\.2 .*1\.00×$`},
+	} {
+		if l := line(t, out, c.name); !regexp.MustCompile(c.want).MatchString(l) {
+			t.Errorf("%s: %q, want %s", c.name, l, c.want)
+		}
+	}
+	if strings.Contains(out, "ping-pong p50 xroce/tcp CPU") || strings.Contains(out, "64 B") {
+		t.Errorf("a ping-pong line read as a write size:\n%s", out)
+	}
+}
+
 func TestCompareTwoFiles(t *testing.T) {
 	// The committed record and a new one, each one revision; -old and
 	// -new pick them whatever the order found.

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every user path of two xroce revisions side by side, interleaved (A B A B ...), on one machine:
 # RC WRITE bandwidth and SEND latency (xroce perf between two namespaces), UD SEND bandwidth,
-# many QPs and RDMA CM setup rate (xroce perf qps -cm), streams (stream's veth benchmarks), the
+# many QPs and RDMA CM setup rate (xroce perf qps -cm), streams (xroce perf stream, both protocols
+# beside TCP, and stream's veth benchmarks), the
 # verbs datapath (roce's veth benchmarks) and the engine alone (qp's benchmarks), each round
 # beside its anchors from ../shared/bench (tcppp: a Go TCP ping-pong; udpgso: the raw UDP rate)
 # when they are there. Ratios mean something within one run only.
@@ -72,6 +73,8 @@ round() { # round REV
 	netns_down
 	echo "== perf qps -cm: QPs size Gbit/s ratio Jain slowest setup/s timeouts retrans"
 	timeout 300 "$b/xroce" perf qps -cm -q 1,16,256 -s 4096,65536 -D 2s "${p[@]}" 2>&1 | grep -E '^ +[0-9]'
+	echo "== perf stream: both protocols beside TCP, in one process"
+	timeout 300 "$b/xroce" perf stream -netns -D 2 2>/dev/null
 	echo "== streams"
 	(cd "$top/stream" && timeout 300 "$b/stream.test" -test.run '^$' -test.bench Veth -test.benchtime 2s 2>&1 | grep ^Benchmark)
 	echo "== roce veth"
