@@ -121,7 +121,7 @@ bench-report: ## xroce vs TCP (iperf3, sockperf) on a veth pair, MTU 1500 and 90
 	$(GO) run ./internal/benchreport -time 3s
 
 .PHONY: bench-paths
-bench-paths: ## Every user path of the working tree beside its anchors (2 rounds, about 8 min, root), compared with docs/bench-paths.txt, the last committed run; prints each figure that moved by over 20%.
+bench-paths: ## Every user path of the working tree beside its anchors (2 rounds, about 10 min, root), compared with docs/bench-paths.txt, the last committed run; prints each figure that moved by over 20%.
 	bash internal/benchreport/sidebyside.sh -record 2 >/tmp/xroce-bench-paths.txt
 	$(GO) run ./internal/benchpaths -new "$$(sed -n 's/^sidebyside: record \([^,]*\),.*/\1/p' /tmp/xroce-bench-paths.txt)" docs/bench-paths.txt /tmp/xroce-bench-paths.txt
 	@echo "bench-paths: this run in /tmp/xroce-bench-paths.txt; commit it as docs/bench-paths.txt when it is the new reference"
