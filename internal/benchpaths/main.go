@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,14 +109,7 @@ func (s *set) add(rev, name, unit string, lower bool, v float64) {
 	if f == nil {
 		f = &fig{unit: unit, lower: lower}
 		m[name] = f
-		known := false
-		for _, n := range s.names {
-			if n == name {
-				known = true
-				break
-			}
-		}
-		if !known {
+		if !slices.Contains(s.names, name) {
 			s.names = append(s.names, name)
 		}
 	}
@@ -189,7 +183,7 @@ func (s *set) parse(r io.Reader) error {
 // ratios to TCP's.
 func (s *set) addStream(rev, size string, f []string) string {
 	switch {
-	case len(f) >= 2 && (f[1] == "KiB" || f[1] == "MiB" || f[1] == "B") && f[2] == "ping-pong":
+	case len(f) >= 3 && (f[1] == "KiB" || f[1] == "MiB" || f[1] == "B") && f[2] == "ping-pong":
 		return "ping-pong"
 	case len(f) >= 7 && (f[1] == "KiB" || f[1] == "MiB"):
 		size = f[0] + " " + f[1]

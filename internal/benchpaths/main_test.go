@@ -156,6 +156,13 @@ func TestCompareNeedsTwoRevisions(t *testing.T) {
 	if err := run([]string{p}, &out); err == nil || !strings.Contains(err.Error(), "need two revisions") {
 		t.Fatalf("one revision: err %v", err)
 	}
+	// A perf stream table cut short after its write size is no figure
+	// (and no panic).
+	cut := filepath.Join(dir, "cut.txt")
+	os.WriteFile(cut, []byte("=== a\n== perf stream\n 4 KiB\n=== b\n== perf stream\n 64 B\n"), 0o644)
+	if err := run([]string{cut}, &out); err == nil || !strings.Contains(err.Error(), "need two revisions") {
+		t.Fatalf("cut table: err %v", err)
+	}
 	if err := run(nil, &out); err == nil || !strings.Contains(err.Error(), "usage") {
 		t.Fatalf("no file: err %v", err)
 	}
