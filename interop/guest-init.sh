@@ -100,6 +100,26 @@ rxe_snapshot() {
 	} >>"$1" 2>&1
 }
 
+# stall_watch PID HOSTNAME FILE: waits while PID (a `timeout ... TOOL &`)
+# runs; when the host program HOSTNAME has ended and the tool still runs 10 s
+# later, records rxe's counters and QPs and the tool's threads' kernel stacks
+# and wait channels in FILE, once, then goes on waiting (the tool's own
+# time-out ends it).
+stall_watch() {
+	local pid=$1 ended=0 t
+	while kill -0 "$pid" 2>/dev/null; do
+		[ -s "/out/host/$2.rc" ] && ended=$((ended + 1))
+		if [ $ended -eq 50 ]; then
+			rxe_snapshot "$3"
+			for t in $(pgrep -P "$pid"); do
+				echo "== threads of $(tr '\0' ' ' <"/proc/$t/cmdline" 2>/dev/null)"
+				grep -H . /proc/"$t"/task/*/wchan /proc/"$t"/task/*/stack 2>/dev/null
+			done >>"$3"
+		fi
+		sleep 0.2
+	done
+}
+
 # stop PID: ends a tool started as `timeout ... TOOL &` (PID is timeout's).
 # timeout passes a TERM on to the tool; killing timeout itself would leave the
 # tool running (an RC client would retransmit for the rest of the run).
@@ -1386,13 +1406,17 @@ _rs_rcopy_row() {
 		else
 			nap 0.5
 			for _ in $(seq 20); do
-				timeout -s KILL "$to" stdbuf -oL rcopy "$src" "$CM_XROCE:${dst#/out/}" >"/out/logs/$name.guest-client.txt" 2>&1
+				timeout -s KILL "$to" stdbuf -oL rcopy "$src" "$CM_XROCE:${dst#/out/}" >"/out/logs/$name.guest-client.txt" 2>&1 &
+				gpid=$!
+				stall_watch "$gpid" "$name.host-server" "/out/logs/$name.rxe-stall.txt"
+				wait "$gpid"
 				grc=$?
 				grep -q 'rconnect failed' "/out/logs/$name.guest-client.txt" || break
 				nap 0.3
 			done
 			hrc=$(host_wait "$name.host-server" "$to")
 			[ "$grc" = 0 ] && [ "$hrc" = 0 ] || why="rcopy exit $grc, xroce rcopy exit $hrc: $(tail -1 "/out/logs/$name.guest-client.txt")"
+			[ -e "/out/logs/$name.rxe-stall.txt" ] && why+="; rcopy outlived xroce rcopy by 10 s: rxe's QPs and rcopy's kernel stacks then in logs/$name.rxe-stall.txt"
 		fi
 	fi
 	if [ -z "$why" ] && [ "$(md5sum <"$src")" != "$(md5sum <"$dst" 2>/dev/null)" ]; then
