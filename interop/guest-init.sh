@@ -1416,7 +1416,7 @@ _rs_rcopy_row() {
 			done
 			hrc=$(host_wait "$name.host-server" "$to")
 			[ "$grc" = 0 ] && [ "$hrc" = 0 ] || why="rcopy exit $grc, xroce rcopy exit $hrc: $(tail -1 "/out/logs/$name.guest-client.txt")"
-			[ -e "/out/logs/$name.rxe-stall.txt" ] && why+="; rcopy outlived xroce rcopy by 10 s: rxe's QPs and rcopy's kernel stacks then in logs/$name.rxe-stall.txt"
+			[ -n "$why" ] && [ -e "/out/logs/$name.rxe-stall.txt" ] && why+="; rcopy outlived xroce rcopy by 10 s: rxe's QPs and rcopy's kernel stacks then in logs/$name.rxe-stall.txt"
 		fi
 	fi
 	if [ -z "$why" ] && [ "$(md5sum <"$src")" != "$(md5sum <"$dst" 2>/dev/null)" ]; then
