@@ -1052,10 +1052,11 @@ host_stop() {
 # cm_wait HOST GPID GLOG RETRY: waits for the guest's tool (GPID, a
 # `timeout ... TOOL &` writing GLOG) and the host's xroce (HOST); once one
 # has ended, the other gets CM_GRACE seconds (xroce CM_HOST_GRACE), then is
-# stopped (rxe's state first saved to logs/ROW.cm-stuck.txt). With RETRY (a pattern), returns at
-# once with CM_RETRY=1 when the guest's tool ended with a line matching it
-# (a connection refused: nothing listened yet) while xroce still runs. Sets
-# CM_GRC and CM_HRC, the exit statuses.
+# stopped (rxe's state first saved to logs/ROW.cm-stuck.txt). With RETRY (a
+# pattern), returns at once with CM_RETRY=1 when the guest's tool ended with
+# a line matching it (a connection refused: nothing listened yet) while
+# xroce still runs. Sets CM_GRC and CM_HRC, the exit statuses, and
+# CM_STOPPED to the grace after which one was stopped.
 cm_wait() {
 	local host=$1 gpid=$2 log=$3 retry=$4 gdone=0 hdone=0 i=0 since=-1 stopped=0 grace
 	CM_RETRY=0
@@ -1388,14 +1389,15 @@ rs_rcopy_row() { rowrun _rs_rcopy_row "$@"; }
 # guest's rcopy client hanging after xroce's server ended well, and
 # succeeds, when the row's capture (from w0) shows it and nothing else.
 # rcopy's server closes once it reads the client's DISCONNECT (rshutdown,
-# the last message the client sends, a WRITE with immediate); the client's
-# rshutdown waits for that message's ACK. When the ingress filter drops
-# xroce's ACK (it is in the capture, taken before the filter), the client
-# resends the message to a QP that is gone, for ever: rsocket asks for a
-# retry count of 7, and rxe never counts one of 7 down (rxe_comp.c). The
-# same happens between two rxe. The capture's frames are read as in
-# cm_td_scan: udp[8] the opcode (17 ACK), udp[12:4] & 0xffffff the
-# destination QP (1: a MAD), udp[17:3] the PSN.
+# the last message the client sends, by default a zero-length WRITE with
+# immediate); the client's rshutdown waits for that message's ACK. When the
+# ingress filter drops xroce's ACK (it is in the capture, taken before the
+# filter), the client resends the message to a QP that is gone, for ever:
+# rsocket asks for a retry count of 7, and rxe never counts one of 7 down
+# (rxe_comp.c). The same happens between two rxe. The capture's frames are
+# read as in cm_td_scan: udp[8] the opcode (13 to 18, a responder's: READ
+# responses, ACK 17, atomic ACK), udp[12:4] & 0xffffff the destination QP (1:
+# a MAD), udp[17:3] the PSN.
 rs_rcopy_race() {
 	tcpdump -r "$CM_PCAP" -tt -n -x 'udp port 4791 and not udp[12:4] & 0xffffff = 1' 2>/dev/null |
 		awk -v t0="$w0" -v x="$CM_XROCE." '
@@ -1404,7 +1406,7 @@ rs_rcopy_race() {
 			function out(   op, psn) { if (tm == "" || tm + 0 < t0 + 0) return
 				op = hex(substr(h, 57, 2)); psn = hex(substr(h, 75, 6))
 				if (who == "xroce") { xlast = tm; if (op == 17) xack = psn; return }
-				if (op >= 13 && op <= 17 || op > 23) return
+				if (op >= 13 && op <= 18 || op > 23) return
 				if (psn != last) { last = psn; sent = 0 }
 				sent++; rlast = tm }
 			/^[0-9]/ { out(); tm = $1; who = index($3, x) == 1 ? "xroce" : "rxe"; h = ""; n = 0; next }
