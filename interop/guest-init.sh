@@ -1073,7 +1073,8 @@ cm_wait() {
 		[ $i = 30 ] && [ $gdone = 0 ] && [ $hdone = 0 ] && cm_snapshot "/out/logs/${host%.host-*}.cm-3s.txt"
 		if [ $gdone = 1 ] || [ $hdone = 1 ]; then
 			[ $since -lt 0 ] && since=$i
-			grace=$([ $hdone = 0 ] && echo "$CM_HOST_GRACE" || echo "$CM_GRACE")
+			grace=$CM_GRACE
+			[ $hdone = 0 ] && grace=$CM_HOST_GRACE
 			if [ $stopped = 0 ] && [ $((i - since)) -ge $((grace * 10)) ]; then
 				stopped=1
 				cm_snapshot "/out/logs/${host%.host-*}.cm-stuck.txt"
